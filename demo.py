@@ -1,0 +1,191 @@
+"""`python train.py --demo`: a dataset that can be learned in minutes on a CPU, end to end.
+
+It draws JPEG images of 1-3 coloured shapes on a noisy background; each (shape, colour)
+pair is a class, so an image has 1-3 positive labels (24 classes). The images go through
+the same path as real data (an image list -> tools/make_tfrecords.py -> shards in
+<demo_dir>/data/{train,val}), a ResNet-18 at 64x64 trains on them with train.py's code,
+and the demo then reports how much it learned: the weighted cross_entropy read back from
+the TensorBoard events (first vs last 10 % of the steps) and the validation mAP and
+precision@1 against the label-frequency baseline. Kept out of train.py because nothing
+in training depends on it.
+"""
+import glob
+import os
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+SHAPES = ['circle', 'square', 'triangle', 'cross', 'ring', 'frame']
+COLOURS = {'red': (220, 30, 30), 'green': (30, 200, 40), 'blue': (40, 60, 230),
+           'white': (245, 245, 245)}
+CLASSES = ['%s %s' % (colour, shape) for shape in SHAPES for colour in COLOURS]
+IMAGE_PIXELS = 96
+
+# Demo training settings; any of them given on the command line wins.
+SETTINGS = {
+    'class_num': len(CLASSES), 'resnet_size': 18, 'image_size': 64, 'batch_size': 16,
+    'lr': 0.1, 'weight_decay': 1e-4, 'max_iter': 600, 'log_interval': 20, 'snapshot': 300,
+    'shuffle_buffer': 1000, 'data_format': 'NHWC', 'num_preprocess_threads': 0,
+}
+TRAIN_IMAGES, VAL_IMAGES = 2400, 400
+
+
+def draw_shape(draw, shape, centre, radius, colour):
+    x, y = centre
+    r = radius
+    if shape == 'circle':
+        draw.ellipse([x - r, y - r, x + r, y + r], fill=colour)
+    elif shape == 'square':
+        draw.rectangle([x - r, y - r, x + r, y + r], fill=colour)
+    elif shape == 'triangle':
+        draw.polygon([(x, y - r), (x - r, y + r), (x + r, y + r)], fill=colour)
+    elif shape == 'cross':
+        t = max(2, r // 3)
+        draw.rectangle([x - r, y - t, x + r, y + t], fill=colour)
+        draw.rectangle([x - t, y - r, x + t, y + r], fill=colour)
+    elif shape == 'ring':
+        draw.ellipse([x - r, y - r, x + r, y + r], outline=colour, width=max(2, r // 3))
+    elif shape == 'frame':
+        draw.rectangle([x - r, y - r, x + r, y + r], outline=colour, width=max(2, r // 3))
+
+
+def make_image(rng):
+    """One RGB image and the sorted class indices it shows."""
+    background = rng.integers(40, 110, size=3)
+    noise = rng.integers(-25, 25, size=(IMAGE_PIXELS, IMAGE_PIXELS, 3))
+    pixels = np.clip(background + noise, 0, 255).astype(np.uint8)
+    image = Image.fromarray(pixels)
+    draw = ImageDraw.Draw(image)
+    classes = set()
+    count = rng.integers(1, 4)
+    # Objects sit in a 3x3 grid of cells so they neither overlap nor leave the
+    # central region that the training crop (>= 70 % of the area) mostly keeps.
+    cells = rng.permutation(9)[:count]
+    for cell in cells:
+        cls = int(rng.integers(len(CLASSES)))
+        shape, colour = SHAPES[cls // len(COLOURS)], list(COLOURS.values())[cls % len(COLOURS)]
+        cx = 22 + (cell % 3) * 26 + rng.integers(-3, 4)
+        cy = 22 + (cell // 3) * 26 + rng.integers(-3, 4)
+        draw_shape(draw, shape, (cx, cy), int(rng.integers(8, 12)), colour)
+        classes.add(cls)
+    return image, sorted(classes)
+
+
+def make_dataset(demo_dir, seed=0):
+    """Writes the JPEGs and image lists, then the shards; returns the data_dir."""
+    from tools import make_tfrecords
+
+    data_dir = os.path.join(demo_dir, 'data')
+    if (glob.glob(os.path.join(data_dir, 'train', '*.tfrecords'))
+            and glob.glob(os.path.join(data_dir, 'val', '*.tfrecords'))):
+        print('demo: using the existing dataset in %s' % data_dir)
+        return data_dir
+    rng = np.random.default_rng(seed)
+    image_root = os.path.join(demo_dir, 'images')
+    os.makedirs(image_root, exist_ok=True)
+    for split, count, shards in (('train', TRAIN_IMAGES, 4), ('val', VAL_IMAGES, 1)):
+        list_path = os.path.join(demo_dir, '%s_list.txt' % split)
+        with open(list_path, 'w') as lines:
+            for i in range(count):
+                image, classes = make_image(rng)
+                name = '%s_%05d.jpg' % (split, i)
+                image.save(os.path.join(image_root, name), quality=90)
+                lines.write('%s\t%s\n' % (name, ' '.join('%d:1' % c for c in classes)))
+        print('demo: drew %d %s images, building %d shard(s)' % (count, split, shards))
+        make_tfrecords.build_records([list_path], image_root, data_dir, split=split,
+                                     class_num=len(CLASSES), num_shards=shards)
+    with open(os.path.join(demo_dir, 'dictionary.txt'), 'w') as f:
+        f.write('category_index\tcategory_id\tindex_of_parent_category\tcategory name\n')
+        for i, name in enumerate(CLASSES):
+            f.write('%d\tdemo%05d\t-1\t%s\n' % (i, i, name))
+    return data_dir
+
+
+def average_precision(scores, positives):
+    """AP of one class: mean over the positives of the precision at their rank."""
+    order = np.argsort(-scores, kind='stable')
+    hits = positives[order].astype(np.float64)
+    if hits.sum() == 0:
+        return None
+    precision_at = np.cumsum(hits) / np.arange(1, len(hits) + 1)
+    return float((precision_at * hits).sum() / hits.sum())
+
+
+def mean_average_precision(scores, labels, threshold=0.7):
+    aps = [average_precision(scores[:, c], labels[:, c] >= threshold)
+           for c in range(labels.shape[1])]
+    aps = [ap for ap in aps if ap is not None]
+    return float(np.mean(aps)) if aps else float('nan')
+
+
+def precision_at_1(scores, labels, threshold=0.7):
+    top = np.argmax(scores, axis=1)
+    return float(np.mean(labels[np.arange(len(top)), top] >= threshold))
+
+
+def scalar_series(model_dir, tag):
+    """(steps, values) of a scalar tag from the TensorBoard events in model_dir."""
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(model_dir, size_guidance={'scalars': 0})
+    acc.Reload()
+    events = acc.Scalars(tag)
+    return np.array([e.step for e in events]), np.array([e.value for e in events])
+
+
+def learning_ratio(values):
+    """Mean of the last 10 % of a series over the mean of its first 10 %."""
+    k = max(1, len(values) // 10)
+    return float(np.mean(values[-k:]) / np.mean(values[:k]))
+
+
+def evaluate(estimator, f):
+    """Validation scores of the trained model -> dict of mAP, P@1 and their baselines."""
+    import tensorflow.compat.v1 as tf
+    import train
+
+    val_files = sorted(glob.glob(os.path.join(f.data_dir, 'val', '*.tfrecords')))
+    labels = []
+    for path in val_files:
+        for record in tf.io.tf_record_iterator(path):
+            example = tf.train.Example.FromString(record)
+            labels.append(np.frombuffer(
+                example.features.feature['label'].bytes_list.value[0], '<f4'))
+    labels = np.stack(labels)
+    scores = np.stack([p['scores'] for p in estimator.predict(
+        lambda: train.input_fn(False, f.data_dir, 64, f.class_num, f.image_size,
+                               files=val_files), yield_single_examples=True)])
+    frequency = (labels >= 0.7).mean(axis=0)
+    prior = np.tile(frequency, (len(labels), 1))
+    return {'mAP': mean_average_precision(scores, labels),
+            'baseline_mAP': mean_average_precision(prior, labels),
+            'P@1': precision_at_1(scores, labels),
+            'baseline_P@1': precision_at_1(prior, labels)}
+
+
+def run(f):
+    """Builds the demo data if needed, trains with the demo settings, reports."""
+    import train
+
+    demo_dir = os.path.abspath(f.demo_dir)
+    os.makedirs(demo_dir, exist_ok=True)
+    for name, value in SETTINGS.items():
+        if not f[name].present:
+            setattr(f, name, value)
+    f.data_dir = make_dataset(demo_dir)
+    if not f['model_dir'].present:
+        f.model_dir = os.path.join(demo_dir, 'model')
+    if not f['log_dir'].present:
+        f.log_dir = os.path.join(demo_dir, 'log')
+    estimator = train.train(f)
+
+    steps, ce = scalar_series(f.model_dir, 'cross_entropy')
+    ratio = learning_ratio(ce)
+    print('\ndemo: weighted cross_entropy, mean of the last 10%% of %d logged steps / first '
+          '10%%: %.3f (%s)' % (len(ce), ratio, 'learned' if ratio <= 0.5 else 'NOT learned'))
+    result = evaluate(estimator, f)
+    print('demo: validation mAP %.3f (label-frequency baseline %.3f), precision@1 %.3f '
+          '(baseline %.3f)' % (result['mAP'], result['baseline_mAP'], result['P@1'],
+                               result['baseline_P@1']))
+    print('demo: TensorBoard logs in %s  ->  tensorboard --logdir %s'
+          % (f.model_dir, f.model_dir))
+    return ratio, result

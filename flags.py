@@ -1,0 +1,157 @@
+"""Every flag of the original train.py (SPEC section 8), plus the ones this program adds.
+
+Defaults are the original's except where SPEC calls them broken: log_interval and snapshot
+(0 did not work), lr_decay_step (0 still means "decay at step 0" in the original, here it
+means "no decay") and data_format (the original's default silently meant NHWC; here
+'auto' picks NCHW when a GPU is visible). Flags that this program accepts but does not use
+say so in their help, so that old launch scripts keep working.
+
+Only entry points read FLAGS; they turn them into explicit arguments.
+`python train.py --help` prints the flags grouped as below (see `grouped_help`).
+"""
+import collections
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+# group title -> flag names, in --help order
+GROUPS = collections.OrderedDict()
+
+
+def _define(kind, group, name, default, help_text, **kwargs):
+    GROUPS.setdefault(group, []).append(name)
+    if name == 'log_dir' and name in FLAGS:
+        # absl.logging owns --log_dir; reuse it rather than redefine (DuplicateFlagError).
+        FLAGS[name].help = help_text
+        FLAGS.set_default(name, default)
+        return
+    getattr(flags, 'DEFINE_' + kind)(name, default, help_text, **kwargs)
+
+
+def _string(group, name, default, help_text, **kw):
+    _define('string', group, name, default, help_text, **kw)
+
+
+def _int(group, name, default, help_text, **kw):
+    _define('integer', group, name, default, help_text, **kw)
+
+
+def _float(group, name, default, help_text, **kw):
+    _define('float', group, name, default, help_text, **kw)
+
+
+def _bool(group, name, default, help_text, **kw):
+    _define('boolean', group, name, default, help_text, **kw)
+
+
+IGNORED = ' Accepted for compatibility with the original; ignored by this program.'
+
+G = 'Global'
+_string(G, 'mode', 'train', 'What to run. Only "train" is implemented.')
+_int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
+_bool(G, 'demo', False,
+      'Build a small synthetic multi-label dataset of JPEG files under --demo_dir, make its '
+      'TFRecords and train a small ResNet on it on the CPU (a few minutes). Other flags '
+      'given on the command line override the demo\'s settings.')
+_string(G, 'demo_dir', './demo', 'Where --demo writes its images, records and model.')
+
+G = 'Data'
+_string(G, 'data_dir', './data/train/',
+        'Directory holding the shard folders train/ and val/ (see --file_pattern).')
+_string(G, 'file_pattern', '*tfrecords',
+        'Glob pattern of the shard files inside <data_dir>/train and <data_dir>/val.')
+_int(G, 'batch_size', 512, 'Images per training step.')
+_int(G, 'num_preprocess_threads', 4,
+     'Records parsed and preprocessed in parallel (tf.data map parallelism); 0 = let '
+     'tf.data choose (AUTOTUNE).')
+_int(G, 'file_shuffle_buffer', 1500, 'Shuffle buffer of the shard file names (training).')
+_int(G, 'shuffle_buffer', 2048, 'Shuffle buffer of the records (training).')
+_bool(G, 'with_bbox', True,
+      'The original switched to ImageNet records with boxes; records here carry no '
+      'boxes.' + IGNORED)
+_int(G, 'worker_num', 1, 'Number of training workers that share the shard files.')
+_int(G, 'worker_id', 0, 'This worker\'s index in [0, worker_num): it reads shard files '
+     'worker_id, worker_id + worker_num, ... of the sorted list.')
+
+G = 'Model'
+_int(G, 'class_num', 1000, 'Number of classes (length of every record\'s label).')
+_int(G, 'resnet_size', 101, 'ResNet depth: 18, 34, 50, 101, 152 or 200.')
+_string(G, 'data_format', 'auto',
+        'Layout of the convolutions: NCHW (or channels_first), NHWC (or channels_last), '
+        'or auto = NCHW when a GPU is visible, else NHWC. TensorFlow\'s CPU convolutions '
+        'support only NHWC.')
+_int(G, 'image_size', 224, 'Height and width of the network input.')
+_int(G, 'image_channels', 3, 'Channels the images are decoded to; the model takes 3.')
+_float(G, 'batch_norm_decay', 0.997, 'Momentum of the batch-norm moving averages.')
+_float(G, 'batch_norm_epsilon', 1e-5, 'Batch-norm epsilon.')
+_float(G, 'mask_thres', 0.7,
+       'A label >= this is a positive when counting the classes present in a batch.')
+_float(G, 'neg_select', 0.3,
+       'Share of the classes without a positive in a batch that are trained as negatives '
+       'in that step (drawn anew every step).')
+_float(G, 'drop_rate', 0.5, 'Dropout rate; the model has no dropout.' + IGNORED)
+
+G = 'Training'
+_bool(G, 'restore', False, 'Restore from --pretrain_ckpt; fine-tuning is not implemented '
+      'yet, so this must stay false.')
+_int(G, 'num_gpus', 1, 'GPUs to train on; only 1 is implemented.')
+_string(G, 'optimizer', 'mom', 'Optimizer; only "mom" (momentum SGD) exists.')
+_float(G, 'opt_momentum', 0.9, 'Momentum of the optimizer.')
+_float(G, 'lr', 0.1, 'Learning rate after the warm-up.')
+_int(G, 'lr_decay_step', 0,
+     'The learning rate is multiplied by lr_decay_factor after every lr_decay_step steps, '
+     'four times (piecewise constant). 0 = no decay.')
+_float(G, 'lr_decay_factor', 0.1, 'Factor of each learning-rate decay.')
+_float(G, 'weight_decay', 0.0001, 'L2 factor on all trainable weights but batch norm\'s.')
+_int(G, 'warmup', 0, 'Warm-up steps: while global_step < warmup the learning rate is '
+     'lr_warmup * lr_warmup_decay_factor ** floor(step / lr_warmup_decay_step).')
+_float(G, 'lr_warmup', 0.1, 'Learning rate at the start of the warm-up.')
+_int(G, 'lr_warmup_decay_step', 0, 'Steps per warm-up stair (> 0 when warmup > 0).')
+_float(G, 'lr_warmup_decay_factor', 1.414, 'Factor per warm-up stair (> 1: growth).')
+_int(G, 'max_iter', 1000000, 'Train until the global step reaches this (a resumed run '
+     'stops at the same step); -1 = forever.')
+_int(G, 'random_seed', 1234, 'Op seed of the per-step negative-class selection.')
+_string(G, 'pretrain_ckpt', '', 'Checkpoint to fine-tune from; not implemented yet, must '
+        'stay empty.')
+_bool(G, 'FixBlock2', False, 'Freeze the first two stages when fine-tuning; not '
+      'implemented yet, must stay false.')
+_int(G, 'epoch_iter', 0, 'Steps per epoch.' + IGNORED)
+
+G = 'Logging and checkpoints'
+_int(G, 'log_interval', 100, 'Every this many steps: print learning_rate, cross_entropy, '
+     'train_accuracy, images/s and ETA, and write TensorBoard summaries.')
+_string(G, 'log_dir', './out/log/', 'Directory of the text log file train.log (TensorBoard '
+        'events go to --model_dir).')
+_string(G, 'model_dir', './out/checkpoint/', 'Checkpoints and TensorBoard events.')
+_int(G, 'snapshot', 1000, 'Save a checkpoint every this many steps (and at the end).')
+_string(G, 'tmp_model_dir', './out/tmp/checkpoint/', 'Temporary model directory.' + IGNORED)
+_int(G, 'prof_interval', 10, 'Timing report interval; timing is printed every '
+     '--log_interval steps instead.' + IGNORED)
+
+G = 'Devices'
+_int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the original\'s '
+     'spelling); -1 = leave all GPUs visible.')
+
+G = 'Evaluation (original\'s separate eval scripts)'
+_int(G, 'test_interval', 0, 'Steps between evaluations.' + IGNORED)
+_int(G, 'test_iter', 0, 'Batches per evaluation.' + IGNORED)
+_string(G, 'piclist', '', 'Image list to classify.' + IGNORED)
+_int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
+_int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)
+
+
+def grouped_help(program):
+    """The text of `--help`: every flag of this program, by group, with default and help."""
+    import textwrap
+    lines = ['usage: %s [--flag=value ...]' % program, '',
+             'ResNet trainer for multi-label image classification (Tencent ML-Images).',
+             'Boolean flags: --name / --noname.']
+    for group, names in GROUPS.items():
+        lines += ['', group + ':']
+        for name in names:
+            flag = FLAGS[name]
+            lines.append('  --%s (default: %r)' % (name, flag.default))
+            lines += textwrap.wrap(flag.help, 80, initial_indent='      ',
+                                   subsequent_indent='      ')
+    return '\n'.join(lines) + '\n'

@@ -1,0 +1,182 @@
+"""ResNet v2 (pre-activation) as Tencent ML-Images trains it.
+
+He et al., "Identity Mappings in Deep Residual Networks" (arXiv:1603.05027), with the
+original's three changes:
+  * no max-pool after the 7x7 stem: the first block of *every* stage, stage 0 included,
+    has stride 2 instead;
+  * the bottleneck strides in its 3x3 conv ((1x1, 1) -> (3x3, s) -> (1x1, 1));
+  * a stage's projection shortcut gets its own BN-ReLU before the 1x1 conv.
+
+Variable names match the original's checkpoints (SPEC section 4), e.g.
+``stages_2_block_0/conv1_b1/conv2d/kernel`` and
+``stages_2_block_0/conv2_b2_bn/batch_normalization/moving_mean``.
+
+Images come in NHWC; with data_format 'channels_first' they are transposed once, which is
+what cuDNN prefers. The model takes explicit arguments and reads no flags.
+"""
+import tensorflow.compat.v1 as tf
+
+# resnet_size -> (block type, blocks per stage)
+_ARCHITECTURES = {
+    18: ('basic', [2, 2, 2, 2]),
+    34: ('basic', [3, 4, 6, 3]),
+    50: ('bottleneck', [3, 4, 6, 3]),
+    101: ('bottleneck', [3, 4, 23, 3]),
+    152: ('bottleneck', [3, 8, 36, 3]),
+    200: ('bottleneck', [3, 24, 36, 3]),
+}
+SUPPORTED_SIZES = tuple(sorted(_ARCHITECTURES))
+
+# Output channels of each stage.
+_STAGE_FILTERS = {'bottleneck': [256, 512, 1024, 2048], 'basic': [64, 128, 256, 512]}
+_STAGE_STRIDES = [2, 2, 2, 2]
+
+
+def normalize_data_format(data_format):
+    """Maps the spellings the original accepted to tf.layers' names.
+
+    'NCHW'/'channels_first' -> 'channels_first'; 'NHWC'/'channels_last' -> 'channels_last'.
+    """
+    spelling = {'nchw': 'channels_first', 'channels_first': 'channels_first',
+                'nhwc': 'channels_last', 'channels_last': 'channels_last'}
+    try:
+        return spelling[data_format.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError('data_format must be NCHW, channels_first, NHWC or channels_last, '
+                         'got %r' % (data_format,))
+
+
+def batch_norm(inputs, name, training, data_format, decay, epsilon):
+    """BN as the original: centre and scale, fused, in scope `<name>/batch_normalization`."""
+    with tf.variable_scope(name):
+        return tf.layers.batch_normalization(
+            inputs, axis=1 if data_format == 'channels_first' else 3,
+            momentum=decay, epsilon=epsilon, center=True, scale=True,
+            training=training, fused=True)
+
+
+def fixed_padding(inputs, kernel_size, data_format):
+    """Pads H and W by kernel_size - 1 in total, independently of the input size.
+
+    Strided convs then use VALID padding, so the output grid does not depend on whether the
+    input size is even (as 'SAME' would), matching Caffe-style alignment.
+    """
+    pad_total = kernel_size - 1
+    pad_beg = pad_total // 2
+    pad_end = pad_total - pad_beg
+    if data_format == 'channels_first':
+        paddings = [[0, 0], [0, 0], [pad_beg, pad_end], [pad_beg, pad_end]]
+    else:
+        paddings = [[0, 0], [pad_beg, pad_end], [pad_beg, pad_end], [0, 0]]
+    return tf.pad(inputs, paddings)
+
+
+def _conv_same_fast_input_grad(inputs, kernel):
+    """Stride-1 SAME NHWC conv whose input gradient is a forward conv with the flipped kernel.
+
+    The gradient is the same; TensorFlow's CPU Conv2DBackpropInput is up to ten times slower
+    than the forward conv for 3x3 kernels with many channels on small feature maps (stage 3
+    of a ResNet), while the forward conv with the spatially flipped, in/out-transposed
+    kernel computes exactly the input gradient of a stride-1 SAME conv with an odd kernel.
+    """
+    @tf.custom_gradient
+    def conv(x, k):
+        def grad(dy):
+            flipped = tf.transpose(tf.reverse(k, [0, 1]), [0, 1, 3, 2])
+            dx = tf.nn.conv2d(dy, flipped, 1, 'SAME')
+            dk = tf.raw_ops.Conv2DBackpropFilter(
+                input=x, filter_sizes=tf.shape(k), out_backprop=dy,
+                strides=[1, 1, 1, 1], padding='SAME')
+            return dx, dk
+        return tf.nn.conv2d(x, k, 1, 'SAME'), grad
+    return conv(inputs, kernel)
+
+
+def conv2d_fixed_padding(inputs, name, filters, kernel_size, strides, data_format):
+    """Bias-free conv, variance-scaling init, kernel `<name>/conv2d/kernel`; SAME at stride 1.
+
+    The kernel is the variable tf.layers.conv2d would create (same name, shape, initializer).
+    """
+    if strides > 1:
+        inputs = fixed_padding(inputs, kernel_size, data_format)
+    channel_axis = 1 if data_format == 'channels_first' else 3
+    in_channels = inputs.shape[channel_axis]
+    with tf.variable_scope(name):
+        with tf.variable_scope('conv2d'):
+            kernel = tf.get_variable(
+                'kernel', [kernel_size, kernel_size, in_channels, filters], tf.float32,
+                initializer=tf.variance_scaling_initializer())
+        kernel = tf.convert_to_tensor(kernel)
+        if strides == 1 and data_format == 'channels_last':
+            return _conv_same_fast_input_grad(inputs, kernel)
+        fmt = 'NCHW' if data_format == 'channels_first' else 'NHWC'
+        stride = [1, 1, strides, strides] if fmt == 'NCHW' else [1, strides, strides, 1]
+        return tf.nn.conv2d(inputs, kernel, stride, 'SAME' if strides == 1 else 'VALID',
+                            data_format=fmt)
+
+
+class ResNet(object):
+    """Builds the network; `model(images, training)` returns logits of shape [B, class_num].
+
+    After a call, `model.features` holds the pooled feature vector [B, 2048] (512 for
+    ResNet-18/34), the input of the logits layer.
+    """
+
+    def __init__(self, resnet_size, class_num, data_format='channels_last',
+                 batch_norm_decay=0.997, batch_norm_epsilon=1e-5):
+        if resnet_size not in _ARCHITECTURES:
+            raise ValueError('resnet_size must be one of %s, got %r'
+                             % (', '.join(map(str, SUPPORTED_SIZES)), resnet_size))
+        self.block_type, self.stages = _ARCHITECTURES[resnet_size]
+        self.filters = _STAGE_FILTERS[self.block_type]
+        self.class_num = class_num
+        self.data_format = normalize_data_format(data_format)
+        self.bn_decay = batch_norm_decay
+        self.bn_epsilon = batch_norm_epsilon
+        self.features = None
+
+    def _bn_relu(self, x, name, training):
+        x = batch_norm(x, name, training, self.data_format, self.bn_decay, self.bn_epsilon)
+        return tf.nn.relu(x)
+
+    def _conv(self, x, name, filters, kernel_size, strides):
+        return conv2d_fixed_padding(x, name, filters, kernel_size, strides, self.data_format)
+
+    def _block(self, x, filters, strides, projection, training):
+        """One pre-activation residual block; `projection` for the first block of a stage."""
+        shortcut = x
+        if projection:
+            shortcut = self._bn_relu(x, 'conv1_b1_bn', training)
+            shortcut = self._conv(shortcut, 'conv1_b1', filters, 1, strides)
+        if self.block_type == 'bottleneck':
+            x = self._bn_relu(x, 'conv1_b2_bn', training)
+            x = self._conv(x, 'conv1_b2', filters // 4, 1, 1)
+            x = self._bn_relu(x, 'conv2_b2_bn', training)
+            x = self._conv(x, 'conv2_b2', filters // 4, 3, strides)
+            x = self._bn_relu(x, 'conv3_b2_bn', training)
+            x = self._conv(x, 'conv3_b2', filters, 1, 1)
+        else:
+            x = self._bn_relu(x, 'conv1_b2_bn', training)
+            x = self._conv(x, 'conv1_b2', filters, 3, strides)
+            x = self._bn_relu(x, 'conv2_b2_bn', training)
+            x = self._conv(x, 'conv2_b2', filters, 3, 1)
+        return x + shortcut
+
+    def __call__(self, images, training):
+        x = images
+        if self.data_format == 'channels_first':
+            x = tf.transpose(x, [0, 3, 1, 2])
+        with tf.variable_scope('init'):
+            x = self._conv(x, 'init_conv', 64, 7, 2)
+        for i, num_blocks in enumerate(self.stages):
+            for j in range(num_blocks):
+                with tf.variable_scope('stages_%d_block_%d' % (i, j)):
+                    x = self._block(x, self.filters[i], _STAGE_STRIDES[i] if j == 0 else 1,
+                                    projection=(j == 0), training=training)
+        with tf.variable_scope('global_pool'):
+            x = self._bn_relu(x, 'bn', training)
+            axes = [2, 3] if self.data_format == 'channels_first' else [1, 2]
+            x = tf.reduce_mean(x, axes)
+        self.features = tf.identity(x, name='features')
+        with tf.variable_scope('logits'):
+            return tf.layers.dense(self.features, units=self.class_num)

@@ -1,0 +1,48 @@
+"""Shard listing and worker shares."""
+import os
+
+import pytest
+
+import file_db
+
+
+def make_shards(directory, count):
+    os.makedirs(directory)
+    for i in range(count):
+        open(os.path.join(directory, '%d.tfrecords' % i), 'wb').close()
+
+
+@pytest.mark.parametrize('files,workers', [(1, 1), (5, 1), (5, 2), (7, 3), (12, 4),
+                                           (100, 7), (3, 3)])
+def test_shares_are_disjoint_and_complete(files, workers):
+    names = ['%d.tfrecords' % i for i in range(files)]
+    shares = [file_db.worker_share(names, workers, k) for k in range(workers)]
+    flat = [f for share in shares for f in share]
+    assert sorted(flat) == sorted(names)
+    assert len(flat) == len(set(flat))
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_natural_order_and_pattern(tmp_path):
+    make_shards(str(tmp_path / 'train'), 12)
+    open(str(tmp_path / 'train' / 'notes.txt'), 'w').close()
+    files = file_db.list_shards(str(tmp_path), 'train')
+    assert [os.path.basename(f) for f in files] == ['%d.tfrecords' % i for i in range(12)]
+    assert len(file_db.list_shards(str(tmp_path), 'train', '1*.tfrecords')) == 3
+
+
+def test_missing_and_empty_directories_name_path_and_pattern(tmp_path):
+    with pytest.raises(file_db.DataError, match='train.*does not exist'):
+        file_db.list_shards(str(tmp_path), 'train')
+    (tmp_path / 'val').mkdir()
+    with pytest.raises(file_db.DataError, match=r"'\*tfrecords' in .*val"):
+        file_db.list_shards(str(tmp_path), 'val')
+
+
+def test_bad_worker_ids():
+    with pytest.raises(ValueError):
+        file_db.worker_share(['a'], 2, 2)
+    with pytest.raises(ValueError):
+        file_db.worker_share(['a'], 0, 0)
+    assert file_db.worker_share(['a'], 2, 1) == []

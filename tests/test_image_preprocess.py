@@ -1,0 +1,89 @@
+"""SPEC section 3: shapes, range, evaluation determinism and geometry, rotation direction."""
+import io
+import math
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from PIL import Image
+
+import image_preprocess as ip
+
+tf.disable_v2_behavior()
+
+
+def run(fn, *values):
+    with tf.Graph().as_default():
+        tensors = [tf.constant(v) for v in values]
+        out = fn(*tensors)
+        with tf.Session() as sess:
+            return sess.run(out)
+
+
+def legacy_bilinear(image, size):
+    """Numpy bilinear resize as TF1's resize_bilinear(align_corners=False)."""
+    h, w = image.shape[:2]
+    ys, xs = np.arange(size) * (h / size), np.arange(size) * (w / size)
+    y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+    fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
+    top = image[y0][:, x0] * (1 - fx) + image[y0][:, x1] * fx
+    bottom = image[y1][:, x0] * (1 - fx) + image[y1][:, x1] * fx
+    return top * (1 - fy) + bottom * fy
+
+
+def test_eval_is_central_80_percent_then_bilinear_and_deterministic():
+    rng = np.random.default_rng(0)
+    image = rng.random((50, 70, 3)).astype(np.float32)
+    got = run(lambda x: ip.preprocess_image(x, 32, is_training=False), image)
+    again = run(lambda x: ip.preprocess_image(x, 32, is_training=False), image)
+    np.testing.assert_array_equal(got, again)
+    crop = image[5:45, 7:63]  # 10 % off each side
+    want = (legacy_bilinear(crop, 32) - 0.5) * 2
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_training_output_shape_range_and_variety():
+    rng = np.random.default_rng(1)
+    image = rng.random((60, 45, 3)).astype(np.float32)
+    with tf.Graph().as_default():
+        out = ip.preprocess_image(tf.constant(image), 40, is_training=True)
+        assert out.shape.as_list() == [40, 40, 3]
+        with tf.Session() as sess:
+            samples = [sess.run(out) for _ in range(12)]
+    for s in samples:
+        assert s.shape == (40, 40, 3)
+        assert s.min() >= -1.0 and s.max() <= 1.0
+    assert len({s.tobytes() for s in samples}) == len(samples)
+
+
+def marker_image(size=21):
+    image = np.zeros((size, size, 1), np.float32)
+    image[2, size // 2] = 1.0  # top centre
+    return image
+
+
+def test_rotation_is_counter_clockwise_about_the_centre():
+    rotated = run(lambda x: ip.rotate_image(x, tf.constant(math.pi / 2)), marker_image())
+    ys, xs = np.nonzero(rotated[..., 0])
+    assert (ys.tolist(), xs.tolist()) == ([10], [2])  # top centre -> left centre
+
+
+def test_rotation_nearest_neighbour_black_fill_and_identity():
+    rng = np.random.default_rng(2)
+    image = rng.integers(1, 255, size=(16, 24, 3)).astype(np.float32)
+    same = run(lambda x: ip.rotate_image(x, tf.constant(0.0)), image)
+    np.testing.assert_array_equal(same, image)
+    turned = run(lambda x: ip.rotate_image(x, tf.constant(0.6)), image)
+    assert set(np.unique(turned)) <= set(np.unique(image)) | {0.0}
+    assert turned[0, 0].tolist() == [0, 0, 0]  # a corner rotated in from outside
+
+
+@pytest.mark.parametrize('mode,fmt', [('RGB', 'JPEG'), ('L', 'JPEG'), ('RGBA', 'PNG')])
+def test_decode_gives_three_channels_in_unit_range(mode, fmt):
+    buf = io.BytesIO()
+    Image.new(mode, (9, 7), color=200 if mode == 'L' else (200, 100, 50, 255)[:len(mode)]).save(
+        buf, fmt)
+    decoded = run(lambda b: ip.decode_image(b), np.array(buf.getvalue()))
+    assert decoded.shape == (7, 9, 3)
+    assert decoded.dtype == np.float32 and 0.0 <= decoded.min() <= decoded.max() <= 1.0

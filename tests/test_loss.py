@@ -1,0 +1,132 @@
+"""The SPEC section 5 loss against an independent numpy implementation, step by step."""
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import loss as loss_lib
+
+tf.disable_v2_behavior()
+
+
+class NumpyLoss(object):
+    """SPEC section 5 written out in numpy, with its own counters."""
+
+    def __init__(self, class_num, mask_thres):
+        self.pos_count = np.zeros(class_num)
+        self.neg_count = np.zeros(class_num)
+        self.mask_thres = mask_thres
+
+    @staticmethod
+    def w(v, floor):
+        return np.where(v > 0.01, v, floor)
+
+    def step(self, y, x, sel):
+        pos = (y >= self.mask_thres).any(axis=0).astype(np.float64)
+        self.pos_count = np.where(pos == 1, self.pos_count + 1, 0)
+        self.neg_count = np.where(pos == 1, 0, self.neg_count + sel)
+        pos_coef = pos * self.w(-np.log10((0.01 + self.pos_count) / 10), 0.01)
+        neg_coef = (1 - pos) * sel * self.w(-np.log10((8 + self.neg_count) / 10), 0.001)
+        coef = pos_coef + neg_coef
+        mask = (y != -1).astype(np.float64)
+        # -log(sigmoid(x)) = log(1 + e^-x); -log(1 - sigmoid(x)) = log(1 + e^x)
+        ce = 12 * y * np.logaddexp(0, -x) + (1 - y) * np.logaddexp(0, x)
+        return (ce * mask).mean(axis=0).dot(coef), coef
+
+
+def label_batches(rng, steps, batch, classes):
+    """Labels whose counters go through streaks, resets, -1 masks and soft values.
+
+    class 0: positive every step (pos_count climbs past 10 -> floor 0.01);
+    class 1: never positive (neg_count grows with the selections -> floor 0.001);
+    class 2: positive on even steps only (streak resets);
+    class 3: only soft labels below mask_thres (0.5) -> never a batch positive;
+    others: random, with -1 (ignored) and soft confidences.
+    """
+    for t in range(steps):
+        y = rng.choice([0.0, 0.0, 0.0, 1.0, 0.9, -1.0], size=(batch, classes))
+        y[:, 0] = 0.0
+        y[rng.integers(batch), 0] = 1.0
+        y[:, 1] = rng.choice([0.0, -1.0, 0.3], size=batch)
+        y[:, 2] = 0.0
+        if t % 2 == 0:
+            y[0, 2] = 0.8
+        y[:, 3] = 0.5
+        yield y.astype(np.float32)
+
+
+def test_loss_matches_numpy_over_consecutive_steps():
+    classes, batch, steps = 7, 5, 14
+    rng = np.random.default_rng(3)
+    graph = tf.Graph()
+    with graph.as_default():
+        labels = tf.placeholder(tf.float32, [batch, classes])
+        logits = tf.placeholder(tf.float32, [batch, classes])
+        ce, tensors = loss_lib.multilabel_cross_entropy(labels, logits, mask_thres=0.7,
+                                                        neg_select=0.5, seed=1234)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            reference = NumpyLoss(classes, 0.7)
+            seen_pos_floor = seen_neg_floor = False
+            for y in label_batches(rng, steps, batch, classes):
+                x = rng.normal(scale=3.0, size=(batch, classes)).astype(np.float32)
+                got, t = sess.run([ce, tensors], {labels: y, logits: x})
+                expected, coef = reference.step(y.astype(np.float64), x.astype(np.float64),
+                                                t['neg_select'].astype(np.float64))
+                np.testing.assert_allclose(got, expected, rtol=1e-5)
+                np.testing.assert_allclose(t['pos_count'], reference.pos_count, rtol=0)
+                np.testing.assert_allclose(t['neg_count'], reference.neg_count, rtol=0)
+                np.testing.assert_allclose(t['loss_coef'], coef, rtol=1e-5)
+                seen_pos_floor |= bool(np.isclose(coef[0], 0.01))
+                seen_neg_floor |= bool(np.any(np.isclose(coef, 0.001)))
+            assert seen_pos_floor and seen_neg_floor
+            # The counters are variables: they keep their values between steps.
+            counters = {v.op.name: sess.run(v) for v in tf.global_variables()}
+            np.testing.assert_array_equal(counters['pos_count'], reference.pos_count)
+            assert counters['pos_count'][0] == steps
+            assert counters['pos_count'][3] == 0
+            assert tf.trainable_variables() == []
+
+
+def test_negative_selection_rate_and_seed():
+    graph = tf.Graph()
+    with graph.as_default():
+        sel = loss_lib.select_negatives(20000, 0.3, seed=1234)
+        with tf.Session() as sess:
+            a, b = sess.run(sel), sess.run(sel)
+    assert abs(a.mean() - 0.3) < 0.02
+    assert not np.array_equal(a, b)  # drawn fresh every step
+
+
+def test_eval_mode_leaves_counters_alone():
+    graph = tf.Graph()
+    with graph.as_default():
+        y = tf.constant([[1.0, 0.0]])
+        ce, t = loss_lib.multilabel_cross_entropy(y, tf.zeros([1, 2]), 0.7, 0.3, 1,
+                                                  update=False)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(ce)
+            assert sess.run(t['pos_count']).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize('value,floor,expected', [
+    (0.5, 0.01, 0.5), (0.0100001, 0.001, 0.0100001), (0.01, 0.001, 0.001),
+    (-0.3, 0.01, 0.01), (0.005, 0.001, 0.001)])
+def test_loss_weight_threshold_and_floors(value, floor, expected):
+    with tf.Graph().as_default(), tf.Session() as sess:
+        got = sess.run(loss_lib.loss_weight(tf.constant([value]), floor))
+    np.testing.assert_allclose(got, [expected], rtol=1e-6)
+
+
+def test_l2_regularization_skips_batch_norm():
+    rng = np.random.default_rng(0)
+    a, b, bn = rng.normal(size=(3, 4)), rng.normal(size=5), rng.normal(size=6)
+    with tf.Graph().as_default():
+        va = tf.Variable(a, dtype=tf.float32, name='conv/kernel')
+        vb = tf.Variable(b, dtype=tf.float32, name='dense/bias')
+        vbn = tf.Variable(bn, dtype=tf.float32, name='x_bn/batch_normalization/gamma')
+        l2 = loss_lib.l2_regularization([va, vb, vbn], 1e-4)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            got = sess.run(l2)
+    np.testing.assert_allclose(got, 1e-4 * ((a ** 2).sum() + (b ** 2).sum()) / 2, rtol=1e-5)

@@ -1,0 +1,450 @@
+"""Tests of tools/make_tfrecords.py on real image files and real TFRecord shards."""
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from hypothesis import given, settings, strategies as st
+from PIL import Image
+
+from tools import make_tfrecords as mt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join('tools', 'make_tfrecords.py')
+CLASS_NUM = 12
+
+# Image file -> (width, height), for the readable ones.
+GOOD = {
+    'rgb.jpg': (40, 30),
+    'gray.jpg': (24, 36),
+    'cmyk.jpg': (50, 20),
+    'alpha.png': (32, 28),
+    'sub/rgb2.jpeg': (20, 44),
+    'palette.gif': (26, 22),
+    'grey16.png': (30, 21),
+}
+BAD = {
+    'empty.jpg': 'empty file',
+    'text.jpg': 'not an image',
+    'trunc.jpg': 'cannot decode',
+    'missing.jpg': 'file not found',
+}
+
+
+def _noise(width, height, seed):
+    rng = np.random.RandomState(seed)
+    return (rng.rand(height, width, 3) * 255).astype(np.uint8)
+
+
+@pytest.fixture(scope='module')
+def images(tmp_path_factory):
+    root = tmp_path_factory.mktemp('images')
+    (root / 'sub').mkdir()
+    Image.fromarray(_noise(40, 30, 1)).save(root / 'rgb.jpg', quality=90)
+    Image.fromarray(_noise(24, 36, 2)[:, :, 0], 'L').save(root / 'gray.jpg')
+    Image.new('CMYK', (50, 20), (0, 255, 255, 0)).save(root / 'cmyk.jpg')
+    rgba = np.zeros((28, 32, 4), np.uint8)
+    rgba[:, :16] = (200, 100, 50, 0)     # fully transparent: must turn black
+    rgba[:, 16:] = (10, 200, 30, 255)    # opaque green stays
+    Image.fromarray(rgba, 'RGBA').save(root / 'alpha.png')
+    Image.fromarray(_noise(20, 44, 3)).save(root / 'sub' / 'rgb2.jpeg')
+    Image.fromarray(_noise(26, 22, 4)).convert('P').save(root / 'palette.gif')
+    grey16 = np.full((21, 30), 40000, np.uint16)
+    Image.fromarray(grey16).save(root / 'grey16.png')
+    (root / 'empty.jpg').write_bytes(b'')
+    (root / 'text.jpg').write_text('this is not a JPEG\n')
+    buf = io.BytesIO()
+    Image.fromarray(_noise(60, 60, 5)).save(buf, 'JPEG')
+    (root / 'trunc.jpg').write_bytes(buf.getvalue()[:len(buf.getvalue()) // 2])
+    return root
+
+
+def _write(path, lines):
+    path.write_text(''.join(line + '\n' for line in lines))
+    return path
+
+
+def _records(path):
+    """The tf.train.Example protos of one shard, in file order."""
+    return [tf.train.Example.FromString(r) for r in tf.io.tf_record_iterator(str(path))]
+
+
+def _features(example):
+    f = example.features.feature
+    assert sorted(f.keys()) == ['height', 'image', 'label', 'name', 'width']
+    return {
+        'image': f['image'].bytes_list.value[0],
+        'label': np.frombuffer(f['label'].bytes_list.value[0], '<f4'),
+        'width': f['width'].int64_list.value[0],
+        'height': f['height'].int64_list.value[0],
+        'name': f['name'].bytes_list.value[0].decode('utf-8'),
+    }
+
+
+def _expected(pairs):
+    label = np.zeros(CLASS_NUM, np.float32)
+    for index, value in pairs:
+        label[index] = value
+    return label
+
+
+def _run_cli(*args):
+    return subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+# ------------------------------------------------------------------ list parsing
+
+def test_parse_list_line_labels():
+    path, label = mt.parse_list_line('n04310904/n04310904_8388.JPEG\t3:1 2 7:0.9\t11:-1\n',
+                                     CLASS_NUM)
+    assert path == 'n04310904/n04310904_8388.JPEG'
+    assert label.dtype == np.float32 and label.shape == (CLASS_NUM,)
+    np.testing.assert_array_equal(label, _expected([(3, 1), (2, 1), (7, 0.9), (11, -1)]))
+    only_path = mt.parse_list_line('a.jpg', CLASS_NUM)
+    assert only_path[0] == 'a.jpg' and not only_path[1].any()
+    assert mt.parse_list_line('   \t\r\n', CLASS_NUM) is None
+    # a repeated class with the same confidence is harmless
+    np.testing.assert_array_equal(mt.parse_list_line('a.jpg 4:0.5 4:.5', CLASS_NUM)[1],
+                                  _expected([(4, 0.5)]))
+
+
+@pytest.mark.parametrize('tokens, what', [
+    ('12:1', 'out of range'),
+    ('-1:1', 'negative class index'),
+    ('3:x', 'malformed'),
+    ('abc', 'malformed'),
+    ('3:', 'malformed'),
+    ('3:1:1', 'malformed'),
+    ('3:nan', 'malformed'),
+    ('3:1.5', 'outside [-1, 1]'),
+    ('3:-1.01', 'outside [-1, 1]'),
+    ('3:1 3:0.5', 'twice'),
+])
+def test_parse_list_line_errors(tokens, what):
+    with pytest.raises(mt.ListFormatError) as info:
+        mt.parse_list_line('img.jpg ' + tokens, CLASS_NUM, source='lists/a.txt', lineno=7)
+    assert isinstance(info.value, ValueError)
+    assert str(info.value).startswith('lists/a.txt:7: ')
+    assert what in str(info.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.integers(0, CLASS_NUM - 1),
+                       st.floats(-1, 1, allow_nan=False, width=32), max_size=CLASS_NUM),
+       st.sampled_from([' ', '\t', ' \t ']))
+def test_parse_list_line_round_trips(labels, sep):
+    line = sep.join(['dir/img.jpg'] + ['%d:%r' % (k, float(v)) for k, v in labels.items()])
+    path, label = mt.parse_list_line(line, CLASS_NUM)
+    assert path == 'dir/img.jpg'
+    np.testing.assert_array_equal(label, _expected(labels.items()))
+
+
+def test_read_list_numbers_lines_and_skips_blanks(tmp_path):
+    lst = _write(tmp_path / 'l.txt', ['a.jpg 1:0.5', '', 'b.jpg', '  ', 'c.jpg 2'])
+    rows = mt.read_list(str(lst), CLASS_NUM)
+    assert [(n, p) for n, p, _ in rows] == [(1, 'a.jpg'), (3, 'b.jpg'), (5, 'c.jpg')]
+    np.testing.assert_array_equal(rows[2][2], _expected([(2, 1)]))
+    _write(lst, ['a.jpg 1', 'b.jpg 99'])
+    with pytest.raises(mt.ListFormatError, match=r'l\.txt:2: class index 99'):
+        mt.read_list(str(lst), CLASS_NUM)
+
+
+# ---------------------------------------------------------------------- images
+
+def test_load_image_keeps_rgb_and_grey_jpeg_bytes(images):
+    for name in ('rgb.jpg', 'gray.jpg', 'sub/rgb2.jpeg'):
+        data, width, height = mt.load_image(str(images / name))
+        assert data == (images / name).read_bytes()
+        assert (width, height) == GOOD[name]
+
+
+def test_load_image_reencodes_other_images_as_rgb_jpeg(images):
+    for name in ('cmyk.jpg', 'alpha.png', 'palette.gif', 'grey16.png'):
+        data, width, height = mt.load_image(str(images / name), jpeg_quality=90)
+        img = Image.open(io.BytesIO(data))
+        assert (img.format, img.mode, img.size) == ('JPEG', 'RGB', GOOD[name])
+        assert (width, height) == GOOD[name]
+    pixels = lambda n: np.asarray(Image.open(io.BytesIO(mt.load_image(str(images / n))[0])),
+                                  np.float64)
+    np.testing.assert_allclose(pixels('cmyk.jpg')[10, 25], (255, 0, 0), atol=12)
+    alpha = pixels('alpha.png')
+    np.testing.assert_allclose(alpha[14, 4], (0, 0, 0), atol=12)       # transparent
+    np.testing.assert_allclose(alpha[14, 28], (10, 200, 30), atol=12)  # opaque
+    np.testing.assert_allclose(pixels('grey16.png')[10, 15], [40000 >> 8] * 3, atol=3)
+
+
+@pytest.mark.parametrize('name', sorted(BAD))
+def test_load_image_rejects_bad_files(images, name):
+    with pytest.raises(mt.BadImageError, match=BAD[name]):
+        mt.load_image(str(images / name))
+    with pytest.raises(mt.BadImageError, match='directory'):
+        mt.load_image(str(images / 'sub'))
+
+
+def test_make_example_features():
+    example = mt.make_example(b'\xff\xd8jpeg', [0, 0.5, -1], 7, 9, 'dir/ü.jpg')
+    f = _features(tf.train.Example.FromString(example.SerializeToString()))
+    assert f['image'] == b'\xff\xd8jpeg' and (f['width'], f['height']) == (7, 9)
+    assert f['name'] == 'dir/ü.jpg'
+    assert f['label'].tolist() == [0, 0.5, -1]
+
+
+# ------------------------------------------------------------------------ shards
+
+def _all_images_list(path):
+    return _write(path, [
+        'rgb.jpg\t1:1\t2:0.8\t5:-1',
+        'empty.jpg 1',
+        'gray.jpg 0 11:0.25',
+        '',
+        'cmyk.jpg\t3:0.5',
+        'text.jpg 2',
+        'alpha.png',
+        'trunc.jpg 3',
+        'missing.jpg 4',
+        'sub/rgb2.jpeg 7:1 7:1.0',
+        'palette.gif 9:0.1',
+        'grey16.png 10:0',
+    ])
+
+
+EXPECTED_LABELS = {
+    'rgb.jpg': [(1, 1), (2, 0.8), (5, -1)], 'gray.jpg': [(0, 1), (11, 0.25)],
+    'cmyk.jpg': [(3, 0.5)], 'alpha.png': [], 'sub/rgb2.jpeg': [(7, 1)],
+    'palette.gif': [(9, 0.1)], 'grey16.png': [],
+}
+
+
+def test_round_trip_and_skipped_images(images, tmp_path):
+    lst = _all_images_list(tmp_path / 'list.txt')
+    out = tmp_path / 'out'
+    summary = mt.build_records([str(lst)], str(images), str(out), class_num=CLASS_NUM,
+                               workers=1, progress=False)
+    shard = out / 'train' / '0.tfrecords'
+    assert summary['shards_written'] == [str(shard)]
+    assert summary['images_written'] == 7 and summary['images_skipped'] == 4
+    records = [_features(e) for e in _records(shard)]
+    assert [r['name'] for r in records] == ['rgb.jpg', 'gray.jpg', 'cmyk.jpg', 'alpha.png',
+                                           'sub/rgb2.jpeg', 'palette.gif', 'grey16.png']
+    for r in records:
+        np.testing.assert_array_equal(r['label'], _expected(EXPECTED_LABELS[r['name']]))
+        assert (r['width'], r['height']) == GOOD[r['name']]
+        decoded = Image.open(io.BytesIO(r['image']))
+        assert decoded.format == 'JPEG' and decoded.size == GOOD[r['name']]
+        if r['name'] in ('rgb.jpg', 'gray.jpg', 'sub/rgb2.jpeg'):
+            assert r['image'] == (images / r['name']).read_bytes()
+        else:
+            assert decoded.mode == 'RGB'
+
+    report = (out / 'train_report.txt').read_text().splitlines()
+    assert summary['report_path'] == str(out / 'train_report.txt')
+    assert len(report) == 5 and report[-1].startswith('#')
+    assert '7 images written, 4 images skipped' in report[-1]
+    rows = [line.split('\t') for line in report[:-1]]
+    assert [(r[0], r[1]) for r in rows] == [('%s:%d' % (lst, n), p) for n, p in
+                                            [(2, 'empty.jpg'), (6, 'text.jpg'),
+                                             (8, 'trunc.jpg'), (9, 'missing.jpg')]]
+    for row in rows:
+        assert BAD[row[1]] in row[2]
+    assert not [n for n in os.listdir(out / 'train') if '.tmp' in n]
+
+
+def test_one_shard_per_list_from_directory_with_start_index(images, tmp_path):
+    lists = tmp_path / 'lists'
+    lists.mkdir()
+    _write(lists / 'b.txt', ['gray.jpg 2', 'rgb.jpg 3'])
+    _write(lists / 'a.txt', ['rgb.jpg 1'])
+    _write(lists / '.hidden', ['ignored.jpg'])
+    out = tmp_path / 'out'
+    summary = mt.build_records(str(lists), str(images), str(out), split='val',
+                               class_num=CLASS_NUM, start_index=5, workers=1,
+                               progress=False)
+    assert sorted(os.listdir(out / 'val')) == ['5.tfrecords', '6.tfrecords']
+    assert summary['shards_written'] == [str(out / 'val' / '5.tfrecords'),
+                                         str(out / 'val' / '6.tfrecords')]
+    assert (out / 'val_report.txt').exists()
+    first = [_features(e) for e in _records(out / 'val' / '5.tfrecords')]
+    second = [_features(e) for e in _records(out / 'val' / '6.tfrecords')]
+    assert [r['name'] for r in first] == ['rgb.jpg']           # a.txt sorts first
+    assert [r['name'] for r in second] == ['gray.jpg', 'rgb.jpg']
+    np.testing.assert_array_equal(second[1]['label'], _expected([(3, 1)]))
+
+
+def test_num_shards_deals_lines_round_robin(images, tmp_path):
+    names = ['rgb.jpg', 'gray.jpg', 'cmyk.jpg', 'alpha.png', 'sub/rgb2.jpeg',
+             'palette.gif', 'grey16.png']
+    lst = _write(tmp_path / 'one.txt', ['%s %d' % (n, i) for i, n in enumerate(names)])
+    out = tmp_path / 'out'
+    summary = mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM,
+                               num_shards=3, start_index=2, workers=1, progress=False)
+    assert len(summary['shards_written']) == 3
+    shards = {k: [_features(e) for e in _records(out / 'train' / ('%d.tfrecords' % k))]
+              for k in (2, 3, 4)}
+    assert {k: len(v) for k, v in shards.items()} == {2: 3, 3: 2, 4: 2}
+    for k, records in shards.items():
+        assert [r['name'] for r in records] == names[k - 2::3]
+        for r in records:
+            assert int(np.argmax(r['label'])) == names.index(r['name'])
+    everything = sorted(r['name'] for rs in shards.values() for r in rs)
+    assert everything == sorted(names)
+
+
+def test_rerun_skips_existing_shards_and_overwrite_rewrites(images, tmp_path, capsys):
+    lst_a = _write(tmp_path / 'a.txt', ['rgb.jpg 1'])
+    lst_b = _write(tmp_path / 'b.txt', ['gray.jpg 2'])
+    out = tmp_path / 'out'
+    kwargs = dict(class_num=CLASS_NUM, workers=1)
+    mt.build_records([str(lst_a), str(lst_b)], str(images), str(out), **kwargs)
+    shard0 = out / 'train' / '0.tfrecords'
+    past = 1_000_000_000
+    os.utime(shard0, (past, past))
+    os.remove(out / 'train' / '1.tfrecords')
+    stale = out / 'train' / '1.tfrecords.tmp-999999'
+    stale.write_bytes(b'half a shard')
+    capsys.readouterr()
+
+    summary = mt.build_records([str(lst_a), str(lst_b)], str(images), str(out), **kwargs)
+    assert 'skipping existing shard 0.tfrecords' in capsys.readouterr().err
+    assert os.stat(shard0).st_mtime == past
+    assert summary['shards_skipped'] == [str(shard0)]
+    assert summary['shards_written'] == [str(out / 'train' / '1.tfrecords')]
+    assert summary['images_written'] == 1
+    assert sorted(os.listdir(out / 'train')) == ['0.tfrecords', '1.tfrecords']
+
+    summary = mt.build_records([str(lst_a), str(lst_b)], str(images), str(out),
+                               overwrite=True, **kwargs)
+    assert os.stat(shard0).st_mtime != past
+    assert len(summary['shards_written']) == 2 and not summary['shards_skipped']
+    assert [_features(e)['name'] for e in _records(shard0)] == ['rgb.jpg']
+
+
+def test_failure_mid_shard_leaves_no_partial_file(images, tmp_path, monkeypatch):
+    lst = _write(tmp_path / 'a.txt', ['rgb.jpg 1', 'gray.jpg 2', 'cmyk.jpg 3'])
+    calls = []
+    real = mt.make_example
+
+    def dying_make_example(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(mt, 'make_example', dying_make_example)
+    out = tmp_path / 'out'
+    with pytest.raises(KeyboardInterrupt):
+        mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
+                         progress=False)
+    assert os.listdir(out / 'train') == []
+
+
+def test_two_workers_write_the_same_records_as_one(images, tmp_path):
+    lists = [_all_images_list(tmp_path / 'l0.txt'),
+             _write(tmp_path / 'l1.txt', ['gray.jpg 1', 'alpha.png 2:0.5', 'rgb.jpg']),
+             _write(tmp_path / 'l2.txt', ['cmyk.jpg 4', 'missing.jpg 2'])]
+    shards = {}
+    for workers in (1, 2):
+        out = tmp_path / ('out%d' % workers)
+        summary = mt.build_records([str(p) for p in lists], str(images), str(out),
+                                   class_num=CLASS_NUM, workers=workers, progress=False)
+        assert summary['images_written'] == 11 and summary['images_skipped'] == 5
+        shards[workers] = {n: [r.SerializeToString() for r in _records(out / 'train' / n)]
+                           for n in sorted(os.listdir(out / 'train'))}
+        report = (out / 'train_report.txt').read_text()
+        shards[workers]['report'] = report.replace(str(out), '')
+    assert sorted(shards[1]) == ['0.tfrecords', '1.tfrecords', '2.tfrecords', 'report']
+    assert shards[1] == shards[2]
+
+
+def test_all_images_skipped_exits_1(images, tmp_path, capsys):
+    lst = _write(tmp_path / 'bad.txt', ['missing.jpg 1', 'empty.jpg'])
+    out = tmp_path / 'out'
+    with pytest.raises(mt.AllImagesSkippedError) as info:
+        mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
+                         progress=False)
+    assert info.value.summary['images_skipped'] == 2
+    assert os.listdir(out / 'train') == []   # nothing that a rerun would skip
+    capsys.readouterr()
+    code = mt.main([str(lst), '--out_dir', str(out), '--image_root', str(images),
+                    '--class_num', str(CLASS_NUM), '--workers', '1', '--quiet'])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.err.count('\n') == 1 and 'all 2 images were skipped' in captured.err
+    assert 'images skipped: 2' in captured.out
+    assert len((out / 'train_report.txt').read_text().splitlines()) == 3
+
+
+# --------------------------------------------------------------------------- CLI
+
+def test_cli_with_original_options_skips_bad_images(images, tmp_path):
+    lists = tmp_path / 'lists'
+    lists.mkdir()
+    lst = _all_images_list(lists / 'train_im_list_0.txt')
+    out = tmp_path / 'tfrecords'
+    result = _run_cli('-idx', lists, '-tfs', out, '-im', images, '-cls', CLASS_NUM,
+                      '-sidx', 3, '-one', 'True', '--workers', 1)
+    assert result.returncode == 0, result.stderr
+    assert os.listdir(out / 'train') == ['3.tfrecords']
+    assert len(_records(out / 'train' / '3.tfrecords')) == 7
+    assert 'images written: 7' in result.stdout
+    assert 'images skipped: 4' in result.stdout
+    assert str(out / 'train_report.txt') in result.stdout
+    assert '11/11 images, 4 skipped' in result.stderr and 'images/s' in result.stderr
+    report = (out / 'train_report.txt').read_text()
+    assert '%s:8\ttrunc.jpg\t' % lst in report
+
+
+def test_cli_help_mentions_layout():
+    result = _run_cli('--help')
+    assert result.returncode == 0
+    for option in ('-idx', '--list_dir', '-tfs', '--out_dir', '-im', '-cls', '-sidx',
+                   '--num_shards', '--workers', '--report', '--jpeg_quality',
+                   '--overwrite', '--quiet', '<split>'):
+        assert option in result.stdout
+
+
+@pytest.mark.parametrize('lines, extra, expected', [
+    (['rgb.jpg 12:1'], [], 'second.txt:2: class index 12 out of range'),
+    (['rgb.jpg -3:1'], [], 'second.txt:2: negative class index -3'),
+    (['rgb.jpg 3:x'], [], "second.txt:2: malformed label '3:x'"),
+    (['rgb.jpg 3:1.5'], [], 'second.txt:2: confidence 1.5 of class 3 outside [-1, 1]'),
+    (['rgb.jpg 3:-2'], [], 'second.txt:2: confidence -2 of class 3 outside [-1, 1]'),
+    (None, ['--num_shards', '2'], 'num_shards needs exactly one list file'),
+    (None, ['--class_num', '0'], 'class_num must be a positive integer'),
+    (None, ['--class_num', '-4'], 'class_num must be a positive integer'),
+    (None, ['--class_num', 'x'], "invalid int value: 'x'"),
+    (None, ['missing_list.txt'], 'no such list file: missing_list.txt'),
+])
+def test_cli_bad_input_exits_2_and_writes_nothing(images, tmp_path, lines, extra,
+                                                  expected):
+    first = _write(tmp_path / 'first.txt', ['rgb.jpg 1', 'gray.jpg'])
+    second = _write(tmp_path / 'second.txt', ['\t'] + (lines or ['gray.jpg 2']))
+    out = tmp_path / 'out'
+    result = _run_cli(first, second, '--out_dir', out, '--image_root', images,
+                      '--class_num', CLASS_NUM, *extra)
+    assert result.returncode == 2
+    assert result.stderr.count('\n') == 1, result.stderr
+    assert result.stderr.startswith('make_tfrecords.py: error: ')
+    assert expected in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize('args, expected', [
+    ([], 'no image list given'),
+    (['--num_shards', '0', 'LIST'], 'num_shards must be > 0'),
+    (['--list_dir', 'nowhere'], 'no such list directory: nowhere'),
+    (['--list_dir', 'LISTDIR', 'LIST'], 'not both'),
+])
+def test_cli_bad_arguments_exit_2(images, tmp_path, args, expected):
+    lst = _write(tmp_path / 'a.txt', ['rgb.jpg 1'])
+    args = [str(lst) if a == 'LIST' else str(tmp_path) if a == 'LISTDIR' else a
+            for a in args]
+    out = tmp_path / 'out'
+    result = _run_cli('-tfs', out, '-im', images, '-cls', CLASS_NUM, *args)
+    assert result.returncode == 2
+    assert result.stderr.count('\n') == 1, result.stderr
+    assert expected in result.stderr
+    assert not out.exists()

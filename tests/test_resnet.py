@@ -1,0 +1,143 @@
+"""Checkpoint names, shapes and parameter counts of the model against SPEC section 4."""
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import loss as loss_lib
+import resnet
+
+tf.disable_v2_behavior()
+
+BLOCKS = {50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
+BN = ['gamma', 'beta', 'moving_mean', 'moving_variance']
+
+
+def spec_variables(resnet_size, class_num):
+    """Name -> shape of every model variable, written out from SPEC section 4."""
+    filters = [256, 512, 1024, 2048]
+    expected = {'init/init_conv/conv2d/kernel': (7, 7, 3, 64)}
+    channels = 64
+    for i, blocks in enumerate(BLOCKS[resnet_size]):
+        f = filters[i]
+        for j in range(blocks):
+            scope = 'stages_%d_block_%d/' % (i, j)
+            convs = {'conv1_b2': (1, 1, channels, f // 4), 'conv2_b2': (3, 3, f // 4, f // 4),
+                     'conv3_b2': (1, 1, f // 4, f)}
+            bns = {'conv1_b2_bn': channels, 'conv2_b2_bn': f // 4, 'conv3_b2_bn': f // 4}
+            if j == 0:
+                convs['conv1_b1'] = (1, 1, channels, f)
+                bns['conv1_b1_bn'] = channels
+            for name, shape in convs.items():
+                expected[scope + name + '/conv2d/kernel'] = shape
+            for name, depth in bns.items():
+                for v in BN:
+                    expected[scope + name + '/batch_normalization/' + v] = (depth,)
+            channels = f
+    for v in BN:
+        expected['global_pool/bn/batch_normalization/' + v] = (2048,)
+    expected['logits/dense/kernel'] = (2048, class_num)
+    expected['logits/dense/bias'] = (class_num,)
+    return expected
+
+
+def build(resnet_size, class_num, data_format='channels_last', image_size=64):
+    graph = tf.Graph()
+    with graph.as_default():
+        model = resnet.ResNet(resnet_size, class_num, data_format)
+        logits = model(tf.placeholder(tf.float32, [2, image_size, image_size, 3]),
+                       training=True)
+    return graph, model, logits
+
+
+@pytest.mark.parametrize('size', [50, 101, 152])
+def test_variable_names_and_shapes_follow_spec(size):
+    graph, _, _ = build(size, 11166)
+    with graph.as_default():
+        got = {v.op.name: tuple(v.shape.as_list()) for v in tf.global_variables()}
+    assert got == spec_variables(size, 11166)
+
+
+@pytest.mark.parametrize('size,count', [(50, 25553064), (101, 44545192), (152, 60188840)])
+def test_trainable_parameter_counts_of_the_original(size, count):
+    graph, _, _ = build(size, 1000)
+    with graph.as_default():
+        n = sum(int(np.prod(v.shape.as_list())) for v in tf.trainable_variables())
+    assert n == count
+
+
+def test_nchw_builds_the_same_variables():
+    g1, _, l1 = build(50, 10, 'NCHW')
+    g2, _, l2 = build(50, 10, 'channels_last')
+    with g1.as_default():
+        a = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
+    with g2.as_default():
+        b = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
+    assert a == b
+    assert l1.shape.as_list() == l2.shape.as_list() == [2, 10]
+
+
+@pytest.mark.parametrize('size,blocks,feature', [(18, [2, 2, 2, 2], 512), (34, [3, 4, 6, 3], 512),
+                                                 (200, [3, 24, 36, 3], 2048)])
+def test_other_depths(size, blocks, feature):
+    graph, model, logits = build(size, 7, image_size=32)
+    with graph.as_default():
+        names = {v.op.name for v in tf.global_variables()}
+    for i, n in enumerate(blocks):
+        assert 'stages_%d_block_%d/conv1_b2/conv2d/kernel' % (i, n - 1) in names
+        assert 'stages_%d_block_%d/conv1_b2/conv2d/kernel' % (i, n) not in names
+        assert 'stages_%d_block_0/conv1_b1/conv2d/kernel' % i in names
+    assert model.features.shape.as_list() == [2, feature]
+    assert logits.shape.as_list() == [2, 7]
+
+
+def test_unsupported_size():
+    with pytest.raises(ValueError, match='resnet_size'):
+        resnet.ResNet(42, 10)
+
+
+def test_no_max_pool_and_stride_two_in_every_stage():
+    graph, _, _ = build(50, 10, image_size=64)
+    with graph.as_default():
+        ops = graph.get_operations()
+        assert not [op for op in ops if 'MaxPool' in op.type]
+
+        def conv_output(scope):
+            convs = [op for op in ops if op.type == 'Conv2D' and op.name.startswith(scope)]
+            return convs[0].outputs[0].shape.as_list()
+        assert conv_output('stages_0_block_0/conv2_b2/')[1:3] == [16, 16]  # 64 -> 32 -> 16
+        assert conv_output('stages_3_block_2/conv3_b2/')[1:] == [2, 2, 2048]
+
+
+def test_training_checkpoint_has_the_original_431_entries():
+    """Model variables + global_step + Momentum slots + the two loss counters."""
+    with tf.Graph().as_default():
+        images = tf.placeholder(tf.float32, [2, 32, 32, 3])
+        labels = tf.placeholder(tf.float32, [2, 11166])
+        logits = resnet.ResNet(50, 11166)(images, training=True)
+        ce, _ = loss_lib.multilabel_cross_entropy(labels, logits, 0.7, 0.3, 1234)
+        step = tf.train.get_or_create_global_step()
+        tf.train.MomentumOptimizer(0.1, 0.9).minimize(ce, step)
+        names = {v.op.name for v in tf.global_variables()}
+    assert len(names) == 431
+    assert {'global_step', 'pos_count', 'neg_count',
+            'logits/dense/kernel/Momentum'} <= names
+
+
+@pytest.mark.parametrize('kernel_size,channels', [(3, 8), (1, 6)])
+def test_fast_input_gradient_equals_autodiff(kernel_size, channels):
+    rng = np.random.default_rng(1)
+    x_val = rng.normal(size=(2, 5, 5, channels)).astype(np.float32)
+    w_val = rng.normal(size=(2, 5, 5, 4)).astype(np.float32)
+    with tf.Graph().as_default():
+        x = tf.constant(x_val)
+        y = resnet.conv2d_fixed_padding(x, 'c', 4, kernel_size, 1, 'channels_last')
+        kernel = tf.global_variables()[0]
+        reference = tf.nn.conv2d(x, kernel, 1, 'SAME')
+        grads = tf.gradients(tf.reduce_sum(y * w_val), [x, kernel])
+        ref_grads = tf.gradients(tf.reduce_sum(reference * w_val), [x, kernel])
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            got, want, out, ref = sess.run([grads, ref_grads, y, reference])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
