@@ -1,0 +1,182 @@
+"""train.py as a user runs it: real JPEGs -> make_tfrecords -> training -> checkpoints and
+TensorBoard events read back; resume; --help; every bad input of the core issue."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from PIL import Image
+
+from tools import make_tfrecords
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLASSES = 5
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+
+
+def write_dataset(root, train_lists=2, per_list=6, class_num=CLASSES, seed=0):
+    """JPEGs and image lists; class 0 is positive in every image, so after n training
+    steps its pos_count is exactly n. Labels include soft values and -1."""
+    rng = np.random.default_rng(seed)
+    images = os.path.join(root, 'images')
+    os.makedirs(images, exist_ok=True)
+    lists = []
+    for k in range(train_lists + 1):
+        path = os.path.join(root, 'list_%d.txt' % k)
+        with open(path, 'w') as f:
+            for i in range(per_list):
+                name = 'im_%d_%d.jpg' % (k, i)
+                pixels = rng.integers(0, 255, size=(40 + i, 48, 3)).astype(np.uint8)
+                Image.fromarray(pixels).save(os.path.join(images, name), quality=90)
+                f.write('%s\t0:1 %d:0.8 3:-1%s\n' % (name, 1 + i % 2, ' 4' if i % 3 else ''))
+        lists.append(path)
+    data = os.path.join(root, 'data')
+    make_tfrecords.build_records(lists[:-1], images, data, split='train',
+                                 class_num=class_num, workers=1, progress=False)
+    make_tfrecords.build_records(lists[-1:], images, data, split='val',
+                                 class_num=class_num, workers=1, progress=False)
+    return data
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory):
+    return write_dataset(str(tmp_path_factory.mktemp('ds')))
+
+
+def run_train(*args, timeout=600):
+    return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def small_run_flags(data, model_dir, max_iter):
+    return ['--data_dir=' + data, '--model_dir=' + model_dir,
+            '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
+            '--resnet_size=50', '--image_size=32', '--batch_size=4',
+            '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=100',
+            '--shuffle_buffer=16', '--data_format=NHWC']
+
+
+def checkpoint_values(model_dir):
+    path = tf.train.latest_checkpoint(model_dir)
+    reader = tf.train.load_checkpoint(path)
+    return path, {name: reader.get_tensor(name)
+                  for name in ('global_step', 'pos_count', 'neg_count',
+                               'logits/dense/kernel/Momentum')}
+
+
+def scalar_tags(model_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(model_dir, size_guidance={'scalars': 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
+            for tag in acc.Tags()['scalars']}
+
+
+@pytest.mark.slow
+def test_train_three_steps_then_resume_to_the_same_global_step(dataset, tmp_path):
+    model_dir = str(tmp_path / 'model')
+    first = run_train(*small_run_flags(dataset, model_dir, 3))
+    assert first.returncode == 0, first.stderr[-3000:]
+    path, values = checkpoint_values(model_dir)
+    assert path.endswith('model.ckpt-3')
+    assert values['global_step'] == 3
+    assert values['pos_count'][0] == 3  # class 0 is in every batch
+    assert values['pos_count'].shape == (CLASSES,)
+
+    scalars = scalar_tags(model_dir)
+    assert {'learning_rate', 'cross_entropy', 'train_accuracy', 'loss'} <= set(scalars)
+    assert not any(tag.endswith('_1') for tag in scalars)
+    assert [step for step, _ in scalars['cross_entropy']] == [1, 2, 3]
+    log = first.stderr
+    assert 'step 3: cross_entropy = ' in log and 'images/s' in log
+    assert os.path.getsize(os.path.join(model_dir, 'log', 'train.log')) > 0
+
+    second = run_train(*small_run_flags(dataset, model_dir, 5))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert 'Restoring parameters from %s' % path in second.stderr
+    path5, values5 = checkpoint_values(model_dir)
+    assert path5.endswith('model.ckpt-5') and values5['global_step'] == 5
+    assert values5['pos_count'][0] == 5  # counters continued from the checkpoint
+    assert np.any(values5['logits/dense/kernel/Momentum'] != 0)
+
+    third = run_train(*small_run_flags(dataset, model_dir, 5))
+    assert third.returncode == 0, third.stderr[-3000:]
+    path_again, values_again = checkpoint_values(model_dir)
+    assert path_again == path5 and values_again['global_step'] == 5
+
+
+def test_help_lists_every_flag_of_the_original_grouped():
+    result = run_train('--help')
+    assert result.returncode == 0
+    original = ('mode max_to_keep data_dir batch_size num_preprocess_threads file_shuffle_buffer '
+                'shuffle_buffer with_bbox class_num resnet_size data_format image_size '
+                'image_channels batch_norm_decay batch_norm_epsilon mask_thres neg_select '
+                'restore num_gpus optimizer opt_momentum lr lr_decay_step lr_decay_factor '
+                'weight_decay warmup lr_warmup lr_warmup_decay_step lr_warmup_decay_factor '
+                'max_iter test_interval test_iter prof_interval log_interval log_dir model_dir '
+                'tmp_model_dir snapshot epoch_iter drop_rate random_seed pretrain_ckpt FixBlock2 '
+                'visiable_gpu piclist interval start worker_num worker_id').split()
+    for name in original:
+        assert '  --%s (default:' % name in result.stdout, name
+    for group in ('Data:', 'Model:', 'Training:', 'Logging and checkpoints:'):
+        assert group in result.stdout
+
+
+def test_the_published_runs_flags_are_accepted(tmp_path):
+    """A launch script with the original's flags gets as far as looking for data."""
+    result = run_train(
+        '--data_dir=%s' % tmp_path, '--class_num=11166', '--resnet_size=101',
+        '--image_size=224', '--mask_thres=0.7', '--neg_select=0.1',
+        '--batch_norm_decay=0.997', '--batch_norm_epsilon=1e-5', '--lr=0.08',
+        '--lr_decay_step=110000', '--weight_decay=1e-4', '--warmup=35200',
+        '--lr_warmup=0.01', '--lr_warmup_decay_step=4400', '--lr_warmup_decay_factor=1.297',
+        '--max_iter=440000', '--snapshot=4400', '--log_interval=100', '--with_bbox=False',
+        '--num_gpus=1', '--visiable_gpu=0', '--log_dir=%s' % (tmp_path / 'log'),
+        '--model_dir=%s' % (tmp_path / 'ckpt'), '--tmp_model_dir=/tmp/x', '--prof_interval=10',
+        '--file_shuffle_buffer=1500', '--shuffle_buffer=2048', '--max_to_keep=200')
+    assert result.returncode == 2
+    assert 'train' in result.stderr and 'does not exist' in result.stderr
+
+
+def bad_input_cases(data, tmp):
+    empty = os.path.join(tmp, 'empty')
+    os.makedirs(os.path.join(empty, 'train'))
+    return [
+        (['--data_dir=' + os.path.join(tmp, 'nowhere')],
+         [os.path.join(tmp, 'nowhere', 'train'), 'does not exist']),
+        (['--data_dir=' + empty], [os.path.join(empty, 'train'), "'*tfrecords'"]),
+        (['--data_dir=' + data, '--file_pattern=*.rec'], ["'*.rec'"]),
+        (['--data_dir=' + data, '--worker_num=2', '--worker_id=2'], ['--worker_id=2']),
+        (['--data_dir=' + data, '--worker_num=3', '--worker_id=2'],
+         ['worker 2 of 3 has no files', 'only 2 shard files']),
+        (['--data_dir=' + data, '--resnet_size=42'], ['--resnet_size=42']),
+        (['--data_dir=' + data, '--warmup=100', '--lr_warmup_decay_step=0'],
+         ['--warmup=100', '--lr_warmup_decay_step']),
+        (['--data_dir=' + data, '--batch_size=0'], ['--batch_size must be positive']),
+        (['--data_dir=' + data, '--image_size=-1'], ['--image_size must be positive']),
+        (['--data_dir=' + data, '--class_num=0'], ['--class_num must be positive']),
+        (['--data_dir=' + data, '--class_num=7'],
+         [os.path.join(data, 'train', '0.tfrecords'), 'label has 5 classes',
+          '--class_num=7']),
+        (['--data_dir=' + data, '--data_format=NCHW'], ['NCHW', 'needs a GPU']),
+        (['--data_dir=' + data, '--data_format=XYZ'], ['--data_format']),
+    ]
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_clear_line_and_nothing_is_written(dataset, tmp_path):
+    for extra, fragments in bad_input_cases(dataset, str(tmp_path)):
+        model_dir = str(tmp_path / 'model')
+        result = run_train('--model_dir=' + model_dir, '--log_dir=' + model_dir + '_log',
+                           '--class_num=%d' % CLASSES, '--resnet_size=50', *extra)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2, (extra, result.stderr[-2000:])
+        assert lines and lines[-1].startswith('train.py: error: '), (extra, lines[-3:])
+        # the error is the only thing the run printed on stderr after start-up noise
+        assert [l for l in lines if 'error' in l.lower()] == [lines[-1]], (extra, lines)
+        for fragment in fragments:
+            assert fragment in lines[-1], (extra, lines[-1])
+        assert not os.path.exists(model_dir), extra
+        assert not os.path.exists(model_dir + '_log'), extra
