@@ -182,7 +182,9 @@ def resnet_model_fn(features, labels, mode, params):
     accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
     tf.summary.scalar('train_accuracy', accuracy[1])
 
-    train_op, hooks = None, []
+    train_op, hooks, scaffold = None, [], None
+    if params.get('legacy_counters'):
+        scaffold = tf.train.Scaffold(saver=legacy_saver(params.get('max_to_keep', 5)))
     if training:
         global_step = tf.train.get_or_create_global_step()
         lr = lr_schedule.learning_rate(
@@ -199,7 +201,29 @@ def resnet_model_fn(features, labels, mode, params):
             params['batch_size'], params['log_interval'], params.get('max_steps')))
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
-        eval_metric_ops={'accuracy': accuracy}, training_hooks=hooks)
+        eval_metric_ops={'accuracy': accuracy}, training_hooks=hooks, scaffold=scaffold)
+
+
+# The original left its loss counters unnamed; its checkpoints hold them as these.
+LEGACY_COUNTER_NAMES = {'pos_count': 'Variable', 'neg_count': 'Variable_1'}
+
+
+def has_legacy_counters(model_dir):
+    """True when the latest checkpoint in model_dir was written by the original program."""
+    path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    if not path:
+        return False
+    names = {name for name, _ in tf.train.list_variables(path)}
+    return 'pos_count' not in names and set(LEGACY_COUNTER_NAMES.values()) <= names
+
+
+def legacy_saver(max_to_keep):
+    """A saver that reads and writes the counters under the original's names, so a run of
+    the original continues here and its checkpoints stay loadable by the original."""
+    var_list = {LEGACY_COUNTER_NAMES.get(v.op.name, v.op.name): v
+                for v in tf.global_variables()}
+    return tf.train.Saver(var_list=var_list, sharded=True, max_to_keep=max_to_keep,
+                          save_relative_paths=True)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -313,6 +337,7 @@ def model_params(f, data_format):
         'opt_momentum': f.opt_momentum, 'batch_size': f.batch_size,
         'log_interval': f.log_interval,
         'max_steps': f.max_iter if f.max_iter > 0 else None,
+        'max_to_keep': f.max_to_keep, 'legacy_counters': has_legacy_counters(f.model_dir),
     }
 
 
@@ -352,6 +377,10 @@ def train(f):
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', f.lr)
     estimator = make_estimator(f, data_format)
+    if estimator.params['legacy_counters']:
+        tf.logging.info('%s holds a checkpoint of the original program: its loss counters '
+                        'are read and written as %s', f.model_dir,
+                        ' and '.join(sorted(LEGACY_COUNTER_NAMES.values())))
     tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
                     f.max_iter if f.max_iter > 0 else 'infinity', f.model_dir)
     estimator.train(
@@ -387,6 +416,8 @@ def run():
         sys.exit(0)
     from absl import app
     tf.logging.set_verbosity(tf.logging.INFO)
+    # absl's handler prints every line once; TensorFlow's own would print it a second time.
+    tf.get_logger().handlers.clear()
     app.run(main)
 
 

@@ -180,3 +180,31 @@ def test_bad_input_is_one_clear_line_and_nothing_is_written(dataset, tmp_path):
             assert fragment in lines[-1], (extra, lines[-1])
         assert not os.path.exists(model_dir), extra
         assert not os.path.exists(model_dir + '_log'), extra
+
+
+def rename_counters_to_original(model_dir):
+    """Rewrites the latest checkpoint as the original program names things."""
+    path = tf.train.latest_checkpoint(model_dir)
+    reader = tf.train.load_checkpoint(path)
+    rename = {'pos_count': 'Variable', 'neg_count': 'Variable_1'}
+    with tf.Graph().as_default():
+        variables = [tf.Variable(reader.get_tensor(name), name=rename.get(name, name))
+                     for name in reader.get_variable_to_shape_map()]
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            tf.train.Saver(variables).save(sess, path)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_the_original_program_continues(dataset, tmp_path):
+    model_dir = str(tmp_path / 'model')
+    assert run_train(*small_run_flags(dataset, model_dir, 2)).returncode == 0
+    rename_counters_to_original(model_dir)
+    result = run_train(*small_run_flags(dataset, model_dir, 4))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'checkpoint of the original program' in result.stderr
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    names = reader.get_variable_to_shape_map()
+    assert 'Variable' in names and 'pos_count' not in names
+    assert reader.get_tensor('global_step') == 4
+    assert reader.get_tensor('Variable')[0] == 4  # streak continued from 2
