@@ -70,6 +70,10 @@ _int(G, 'shuffle_buffer', 2048, 'Shuffle buffer of the records (training).')
 _bool(G, 'with_bbox', True,
       'The original switched to ImageNet records with boxes; records here carry no '
       'boxes.' + IGNORED)
+_bool(G, 'skip_bad_records', False,
+      'Drop records that cannot be parsed or decoded (corrupt image, missing feature, wrong '
+      'label length) and count them (log and TensorBoard scalar skipped_records) instead of '
+      'stopping. Truncated or corrupt shard files always stop the run.')
 _int(G, 'worker_num', 1, 'Number of training workers that share the shard files.')
 _int(G, 'worker_id', 0, 'This worker\'s index in [0, worker_num): it reads shard files '
      'worker_id, worker_id + worker_num, ... of the sorted list.')

@@ -28,6 +28,13 @@ FLAGS = flags_lib.FLAGS
 PROGRAM = 'train.py'
 
 
+NON_FINITE_LOSS = 'non-finite training loss'
+
+
+class TrainingError(RuntimeError):
+    """Training started and then stopped on an error: reported as one line, exit 1."""
+
+
 class UsageError(ValueError):
     """A bad flag value or input: reported as one line before any graph is built."""
 
@@ -65,12 +72,14 @@ def record_parser_fn(value, is_training, image_size, class_num, object_cover=0.7
 
 def input_fn(is_training, data_dir, batch_size, class_num, image_size,
              file_pattern='*tfrecords', worker_num=1, worker_id=0, file_shuffle_buffer=1500,
-             shuffle_buffer=2048, num_parallel_calls=4, files=None):
+             shuffle_buffer=2048, num_parallel_calls=4, files=None, skip_bad_records=False):
     """Batches of (images, labels) from `<data_dir>/train` (is_training) or `<data_dir>/val`.
 
     Training reads this worker's share of the files (file_db) in shuffled order, interleaves
     them, shuffles the records and repeats forever; evaluation reads every file once, in
     order. `files` overrides the listing (tools that read given shards).
+    With skip_bad_records, records that fail to parse or decode are dropped and the features
+    become {'image': images, 'skipped_records': bad records seen so far}.
     """
     if files is None:
         files = file_db.list_shards(data_dir, 'train' if is_training else 'val', file_pattern)
@@ -87,14 +96,45 @@ def input_fn(is_training, data_dir, batch_size, class_num, image_size,
                                      deterministic=False)
     else:
         dataset = dataset.flat_map(tf.data.TFRecordDataset)
-    dataset = dataset.map(
-        lambda value: record_parser_fn(value, is_training, image_size, class_num),
-        num_parallel_calls=parallel)
+    parse = lambda value: record_parser_fn(value, is_training, image_size, class_num)
+    if skip_bad_records:
+        dataset = drop_bad_records(dataset, parse, image_size, class_num, parallel)
+    else:
+        dataset = dataset.map(parse, num_parallel_calls=parallel)
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer).repeat()
     # Full batches in training keep shapes static; evaluation keeps the last partial one.
     dataset = dataset.batch(batch_size, drop_remainder=is_training)
     return dataset.prefetch(tf.data.experimental.AUTOTUNE)
+
+
+def drop_bad_records(records, parse, image_size, class_num, parallel):
+    """Parses serialized records, dropping the ones `parse` fails on, and counts the drops.
+
+    tf.data's ignore_errors drops silently; to count, every record becomes a one-element
+    dataset that yields its parsed form or, when parsing failed, a placeholder flagged bad.
+    A scan keeps the running count, then the placeholders are filtered out.
+    """
+    placeholder = (tf.zeros([image_size, image_size, 3]), tf.zeros([class_num]),
+                   tf.constant(False))
+
+    def parse_or_placeholder(value):
+        parsed = tf.data.Dataset.from_tensors(value).map(
+            lambda v: parse(v) + (tf.constant(True),)).apply(
+                tf.data.experimental.ignore_errors())
+        return parsed.concatenate(tf.data.Dataset.from_tensors(placeholder)).take(1)
+
+    def count(skipped, element):
+        image, label, ok = element
+        skipped += tf.cast(tf.logical_not(ok), tf.int64)
+        return skipped, (image, label, ok, skipped)
+
+    dataset = records.interleave(parse_or_placeholder, cycle_length=max(2, parallel),
+                                 num_parallel_calls=parallel, deterministic=False)
+    dataset = dataset.apply(tf.data.experimental.scan(tf.constant(0, tf.int64), count))
+    dataset = dataset.filter(lambda image, label, ok, skipped: ok)
+    return dataset.map(lambda image, label, ok, skipped:
+                       ({'image': image, 'skipped_records': skipped}, label))
 
 
 # ---------------------------------------------------------------------------- model
@@ -158,6 +198,10 @@ def resnet_model_fn(features, labels, mode, params):
     batch_size, log_interval, max_steps.
     """
     training = mode == tf.estimator.ModeKeys.TRAIN
+    skipped = None
+    if isinstance(features, dict):
+        skipped = features.get('skipped_records')
+        features = features['image']
     tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
     model = resnet.ResNet(params['resnet_size'], params['class_num'], params['data_format'],
                           params['batch_norm_decay'], params['batch_norm_epsilon'])
@@ -193,12 +237,18 @@ def resnet_model_fn(features, labels, mode, params):
             params['lr_warmup_decay_factor'])
         tf.summary.scalar('learning_rate', lr)
         optimizer = tf.train.MomentumOptimizer(lr, momentum=params['opt_momentum'])
-        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+        # A NaN/Inf loss fails the step before any variable changes, so no checkpoint
+        # (not even the one saved at the end) can hold the broken weights.
+        finite = tf.debugging.check_numerics(loss, NON_FINITE_LOSS)
+        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS) + [finite]):
             train_op = optimizer.minimize(loss, global_step)
-        hooks.append(TrainingLogHook(
-            {'learning_rate': lr, 'cross_entropy': cross_entropy,
-             'train_accuracy': accuracy[1]},
-            params['batch_size'], params['log_interval'], params.get('max_steps')))
+        logged = {'learning_rate': lr, 'cross_entropy': cross_entropy,
+                  'train_accuracy': accuracy[1]}
+        if skipped is not None:
+            logged['skipped_records'] = tf.reduce_max(skipped)
+            tf.summary.scalar('skipped_records', logged['skipped_records'])
+        hooks.append(TrainingLogHook(logged, params['batch_size'], params['log_interval'],
+                                     params.get('max_steps')))
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
         eval_metric_ops={'accuracy': accuracy}, training_hooks=hooks, scaffold=scaffold)
@@ -354,6 +404,47 @@ def make_estimator(f, data_format):
                                   config=run_config, params=model_params(f, data_format))
 
 
+class StepTracker(tf.train.SessionRunHook):
+    """Remembers the global step after the last completed step; a failure is at the next."""
+
+    def __init__(self):
+        self.last_step = None
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.last_step = session.run(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        # A separate read: a fetch in the step itself may see the value before or after
+        # the increment.
+        self.last_step = run_context.session.run(self._global_step)
+
+    @property
+    def failed_step(self):
+        return None if self.last_step is None else self.last_step + 1
+
+
+def describe_failure(error, f, step):
+    """One line for an error that stopped training, with what to do about it."""
+    first_line = error.message.splitlines()[0] if error.message else type(error).__name__
+    last = tf.train.latest_checkpoint(f.model_dir)
+    kept = ('the last checkpoint %s is kept' % os.path.basename(last) if last
+            else 'no checkpoint was written')
+    at = ' at step %d' % step if step is not None else ''
+    if NON_FINITE_LOSS in error.message:
+        return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
+    if isinstance(error, tf.errors.DataLossError):
+        return ('a shard is truncated or corrupt (%s)%s; find it with: python '
+                'tools/check_tfrecords.py --class_num=%d %s' % (
+                    first_line, at, f.class_num, os.path.join(f.data_dir, 'train')))
+    if isinstance(error, tf.errors.InvalidArgumentError):
+        return ('bad record%s: %s; find it with tools/check_tfrecords.py, or train on with '
+                '--skip_bad_records; %s' % (at, first_line, kept))
+    return '%s%s; %s' % (first_line, at, kept)
+
+
 def log_to_file(log_dir):
     """Copies TensorFlow's log (ours and the Estimator's) to <log_dir>/train.log."""
     os.makedirs(log_dir, exist_ok=True)
@@ -377,21 +468,29 @@ def train(f):
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', f.lr)
     estimator = make_estimator(f, data_format)
+    tracker = StepTracker()
     if estimator.params['legacy_counters']:
         tf.logging.info('%s holds a checkpoint of the original program: its loss counters '
                         'are read and written as %s', f.model_dir,
                         ' and '.join(sorted(LEGACY_COUNTER_NAMES.values())))
     tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
                     f.max_iter if f.max_iter > 0 else 'infinity', f.model_dir)
+    try:
+        train_on(estimator, f, files, tracker)
+    except tf.errors.OpError as e:
+        raise TrainingError(describe_failure(e, f, tracker.failed_step))
+    tf.logging.info('done; TensorBoard: tensorboard --logdir %s', f.model_dir)
+    return estimator
+
+
+def train_on(estimator, f, files, tracker):
     estimator.train(
         input_fn=lambda: input_fn(
             True, f.data_dir, f.batch_size, f.class_num, f.image_size,
             file_pattern=f.file_pattern, file_shuffle_buffer=f.file_shuffle_buffer,
             shuffle_buffer=f.shuffle_buffer, num_parallel_calls=f.num_preprocess_threads,
-            files=files),
-        max_steps=f.max_iter if f.max_iter > 0 else None)
-    tf.logging.info('done; TensorBoard: tensorboard --logdir %s', f.model_dir)
-    return estimator
+            files=files, skip_bad_records=f.skip_bad_records),
+        max_steps=f.max_iter if f.max_iter > 0 else None, hooks=[tracker])
 
 
 def main(argv):
@@ -405,8 +504,8 @@ def main(argv):
     except (UsageError, file_db.DataError) as e:
         sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
         sys.exit(2)
-    except tf.errors.OpError as e:
-        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e.message.splitlines()[0]))
+    except TrainingError as e:
+        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
         sys.exit(1)
 
 

@@ -1,0 +1,516 @@
+"""Tests of tools/check_tfrecords.py on real shards of Pillow-made images, and a fuzz of
+check_record and train.record_parser_fn with mangled records."""
+import faulthandler
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from hypothesis import HealthCheck, given, settings, strategies as st
+from PIL import Image
+
+import train
+from tools import check_tfrecords as ct
+from tools import make_tfrecords
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join('tools', 'check_tfrecords.py')
+CLASSES = 7
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='')
+
+
+# ------------------------------------------------------------------------- helpers
+
+def encode(width, height, fmt='JPEG', mode='RGB', seed=0):
+    rng = np.random.RandomState(seed)
+    pixels = (rng.rand(height, width, 3) * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buf, fmt)
+    return buf.getvalue()
+
+
+JPEG = encode(12, 9)
+ODD_BUT_FINE = {  # name -> (encoded, width, height): all decode to 3 channels
+    'one_pixel': (encode(1, 1), 1, 1),
+    'gray': (encode(10, 6, mode='L'), 10, 6),
+    'cmyk': (encode(8, 5, mode='CMYK'), 8, 5),
+    'png_rgba': (encode(7, 11, fmt='PNG', mode='RGBA'), 7, 11),
+}
+
+
+def label_vector(values=(), class_num=CLASSES):
+    label = np.zeros(class_num, np.float32)
+    for index, value in values:
+        label[index] = value
+    return label
+
+
+def record(image=JPEG, label=None, width=12, height=9, name='img.jpg', drop=()):
+    """A serialized record made with make_tfrecords.make_example, minus `drop`."""
+    example = make_tfrecords.make_example(
+        image, label_vector() if label is None else label, width, height, name)
+    for key in drop:
+        del example.features.feature[key]
+    return example.SerializeToString()
+
+
+def raw_label_record(label_bytes):
+    example = tf.train.Example.FromString(record())
+    example.features.feature['label'].bytes_list.value[0] = label_bytes
+    return example.SerializeToString()
+
+
+def write_shard(path, records):
+    path = str(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for serialized in records:
+            writer.write(serialized)
+    return path
+
+
+def record_offsets(records):
+    """Byte offset of each record in a shard (8 length + 4 CRC + data + 4 CRC)."""
+    offsets, position = [], 0
+    for serialized in records:
+        offsets.append(position)
+        position += 16 + len(serialized)
+    return offsets
+
+
+def problems(summary):
+    """{(file basename, index, reason kind)} of every bad record."""
+    return {(os.path.basename(b['file']), b['index'], reason.split(':')[0])
+            for s in summary['files'] for b in s['bad'] for reason in b['reasons']}
+
+
+def without_seconds(summary):
+    out = {k: v for k, v in summary.items() if k != 'seconds'}
+    out['files'] = [{k: v for k, v in s.items() if k != 'seconds'} for s in summary['files']]
+    return out
+
+
+# ------------------------------------------------------------------------ datasets
+
+@pytest.fixture(scope='module')
+def clean(tmp_path_factory):
+    """data/train/{0,1}.tfrecords, data/val/0.tfrecords with known labels; classes 5 and 6
+    are never >= 0.7 (only 0.5 or -1); includes 1x1, grey, CMYK and PNG images."""
+    root = tmp_path_factory.mktemp('clean')
+    rng = np.random.RandomState(3)
+    labels = []
+    shards = {'train/0.tfrecords': 9, 'train/1.tfrecords': 8, 'val/0.tfrecords': 6}
+    odd = list(ODD_BUT_FINE.values())
+    for shard, count in shards.items():
+        records = []
+        for i in range(count):
+            label = rng.choice([0, 0, 1, 0.8, 0.7, 0.3, -1], size=CLASSES).astype(np.float32)
+            label[5:] = rng.choice([0, 0.5, -1], size=2)
+            labels.append(label)
+            image, width, height = odd[i] if i < len(odd) else (
+                encode(10 + i, 8, seed=i), 10 + i, 8)
+            records.append(record(image, label, width, height, '%s/%d.jpg' % (shard, i)))
+        write_shard(root / 'data' / shard, records)
+    return {'data': str(root / 'data'), 'labels': np.array(labels), 'shards': shards}
+
+
+@pytest.fixture(scope='module')
+def broken(tmp_path_factory):
+    """One shard per kind of damage; `expected` = {(file, index, kind)}."""
+    root = tmp_path_factory.mktemp('broken')
+    good = [record(encode(10, 8, seed=i), label_vector([(i % CLASSES, 1)]), 10, 8,
+                   'g%d.jpg' % i) for i in range(6)]
+    expected = set()
+
+    def shard(name, records, *bad):
+        expected.update((name, index, kind) for index, kind in bad)
+        return write_shard(root / name, records)
+
+    # A byte flipped in the middle of record 3 fails its CRC; 0..2 stay readable.
+    path = shard('flipped.tfrecords', good, (3, ct.CORRUPT_FILE))
+    data = bytearray(open(path, 'rb').read())
+    data[record_offsets(good)[3] + 16 + len(good[3]) // 2] ^= 0xff
+    open(path, 'wb').write(bytes(data))
+    # Cut inside record 4, and cut inside the header of record 4 (which TF's reader
+    # silently takes for the end of the file).
+    for name, keep in (('truncated.tfrecords', 40), ('cut_header.tfrecords', 5)):
+        path = shard(name, good, (4, ct.CORRUPT_FILE))
+        data = open(path, 'rb').read()
+        open(path, 'wb').write(data[:record_offsets(good)[4] + keep])
+    shard('label_length.tfrecords',
+          [good[0], record(label=label_vector(class_num=CLASSES - 1)), good[2],
+           raw_label_record(b'\0' * 7)],
+          (1, ct.LABEL_LENGTH), (3, ct.LABEL_LENGTH))
+    shard('label_values.tfrecords',
+          [record(label=label_vector([(2, 1.5)])), good[1],
+           record(label=label_vector([(0, np.nan)])), record(label=label_vector([(6, -np.inf)])),
+           record(label=label_vector([(3, -1.01)]))],
+          (0, ct.LABEL_VALUES), (2, ct.LABEL_VALUES), (3, ct.LABEL_VALUES),
+          (4, ct.LABEL_VALUES))
+    shard('not_image.tfrecords',
+          [good[0], good[1], record(image=b'this is not an image'), record(image=b''),
+           record(image=JPEG[:len(JPEG) // 2])],
+          (2, ct.BAD_IMAGE), (3, ct.BAD_IMAGE), (4, ct.BAD_IMAGE))
+    shard('not_example.tfrecords', [good[0], b'\x0a\xff\xffnot a proto', good[2]],
+          (1, ct.NOT_EXAMPLE))
+    shard('missing.tfrecords',
+          [record(drop=['label']), good[1], record(drop=['image']),
+           record(drop=['image', 'label'])],
+          (0, ct.MISSING_FEATURE), (2, ct.MISSING_FEATURE), (3, ct.MISSING_FEATURE))
+    open(str(root / 'empty.tfrecords'), 'wb').close()
+    # Oddities that train: warnings only.
+    shard('warnings.tfrecords',
+          [record(drop=['width', 'height', 'name']), record(width=99),
+           record(label=label_vector([(1, -0.5)])), good[3]])
+    return {'dir': str(root), 'expected': expected}
+
+
+# --------------------------------------------------------------------------- tests
+
+def test_features_mirror_train_record_features():
+    kinds = {tf.string: 'bytes_list', tf.int64: 'int64_list'}
+    assert list(ct.FEATURES) == list(train.RECORD_FEATURES)
+    for key, spec in train.RECORD_FEATURES.items():
+        kind, default = ct.FEATURES[key]
+        assert kind == kinds[spec.dtype] and spec.shape == []
+        assert default == spec.default_value
+
+
+def test_check_record_verdicts():
+    decoder = ct.make_tf_decoder()
+    label = label_vector([(0, 1), (3, -1), (4, 0.7)])
+    result = ct.check_record(record(label=label, name='a/b.jpg'), CLASSES, decoder)
+    assert result.ok and result.reasons == [] and result.warnings == []
+    np.testing.assert_array_equal(result.label, label)
+    assert result.name == 'a/b.jpg'
+    for name, (image, width, height) in ODD_BUT_FINE.items():
+        result = ct.check_record(record(image, width=width, height=height), CLASSES, decoder)
+        assert result.ok and not result.warnings, (name, result)
+        assert decoder(image).shape == (height, width, 3)
+
+    result = ct.check_record(record(label=label_vector(class_num=11)), CLASSES, decoder)
+    assert not result.ok and result.label is None
+    assert result.reasons == ['label length: 11 values, expected class_num=7']
+    result = ct.check_record(raw_label_record(b'\0' * 30), CLASSES, decoder)
+    assert result.reasons[0].startswith('label length: 30 bytes, not a multiple of 4')
+    result = ct.check_record(record(label=label_vector([(2, 2.0), (5, np.nan)])), CLASSES)
+    assert sorted(r.split(':')[0] for r in result.reasons) == [ct.LABEL_VALUES] * 2
+    assert 'class 2 = 2.0' in ' '.join(result.reasons)
+
+    # a decoder that raises anything at all is a reason, not a crash
+    def exploding(data):
+        raise MemoryError('no')
+    result = ct.check_record(record(), CLASSES, exploding)
+    assert result.reasons == ['undecodable image: MemoryError: no']
+    # wrong type or count of an optional feature breaks training's parse: bad
+    example = tf.train.Example.FromString(record())
+    example.features.feature['width'].float_list.value.append(3.0)
+    result = ct.check_record(example.SerializeToString(), CLASSES, decoder)
+    assert result.reasons == ["bad feature: 'width' is a float_list, training reads a "
+                              "int64_list"]
+    example = tf.train.Example.FromString(record())
+    example.features.feature['image'].bytes_list.value.append(JPEG)
+    result = ct.check_record(example.SerializeToString(), CLASSES, decoder)
+    assert result.reasons == ["bad feature: 'image' has 2 values, training reads exactly 1"]
+
+
+def test_clean_dataset(clean, capsys):
+    paths = ct.resolve_inputs([clean['data']])
+    assert [os.path.relpath(p, clean['data']) for p in paths] == list(clean['shards'])
+    summary = ct.check_files(paths, CLASSES, workers=1, progress=False)
+    labels = clean['labels']
+    positive = labels >= np.float32(0.7)
+    totals = summary['totals']
+    assert summary['ok'] and totals['bad_records'] == 0 and totals['warnings'] == 0
+    assert totals['files'] == 3 and totals['records'] == len(labels) == 23
+    assert [s['records'] for s in summary['files']] == list(clean['shards'].values())
+    assert totals['labelled_records'] == len(labels)
+    assert totals['positives'] == positive.sum(axis=0).tolist()
+    assert totals['never_positive'] == np.flatnonzero(~positive.any(axis=0)).tolist()
+    assert totals['never_positive'][-2:] == [5, 6]
+    assert totals['cardinality'] == np.bincount(positive.sum(axis=1)).tolist()
+    assert totals['ignored_entries'] == int((labels == -1).sum())
+
+    assert ct.main(['--class_num', str(CLASSES), '--quiet', '--workers', '1',
+                    clean['data']]) == 0
+    out, err = capsys.readouterr()
+    assert err == ''
+    assert 'checked 3 files, 23 records' in out and out.rstrip().endswith(
+        'OK: no bad records (0 warnings)')
+    assert 'classes never positive: %d of 7' % len(totals['never_positive']) in out
+
+    # mask_thres decides what the statistics count as positive, nothing else
+    high = ct.check_files(paths, CLASSES, workers=1, progress=False, mask_thres=0.9)
+    assert high['totals']['cardinality'] == np.bincount(
+        (labels >= 0.9).sum(axis=1)).tolist()
+
+
+def test_cli_json_with_two_workers_matches_one_worker_in_process(clean, broken):
+    """python tools/check_tfrecords.py --workers 2 --json == check_files(workers=1)."""
+    inputs = [broken['dir'], clean['data']]
+    direct = ct.check_files(ct.resolve_inputs(inputs), CLASSES, workers=1, progress=False)
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, '--class_num', str(CLASSES), '--json', '--workers', '2']
+        + inputs, cwd=ROOT, env=ENV, capture_output=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr.decode()
+    parsed = json.loads(proc.stdout)
+    assert without_seconds(parsed) == without_seconds(direct)
+    assert parsed['totals']['bad_records'] == len({(f, i) for f, i, _ in broken['expected']})
+    # stderr holds only the progress line: redrawn with carriage returns, ends with '\n'
+    files, records = len(direct['files']), direct['totals']['records']
+    lines = proc.stderr.decode().split('\r')
+    assert lines[0] == '' and lines[-1].rstrip() == (
+        '%d/%d files, %d records, %s records/s' % (files, files, records,
+                                                    lines[-1].split()[-2]))
+    assert proc.stderr.decode().count('\n') == 1  # workers' decoder noise kept off it
+
+
+def test_every_kind_of_damage_is_found(broken, capsys):
+    paths = ct.resolve_inputs([broken['dir']])
+    summary = ct.check_files(paths, CLASSES, workers=1, progress=False)
+    assert problems(summary) == broken['expected']
+    by_name = {os.path.basename(s['path']): s for s in summary['files']}
+
+    flipped = by_name['flipped.tfrecords']
+    assert flipped['corrupt'] and flipped['records'] == 3
+    [entry] = flipped['bad']
+    assert entry['last_good_index'] == 2
+    assert 'last good record: 2' in entry['reason'] and 'corrupted record' in entry['reason']
+    for name in ('truncated.tfrecords', 'cut_header.tfrecords'):
+        assert by_name[name]['records'] == 4 and by_name[name]['corrupt']
+        assert by_name[name]['bad'][0]['last_good_index'] == 3
+        assert 'truncated' in by_name[name]['bad'][0]['reason']
+    assert by_name['label_length.tfrecords']['bad'][0]['reason'] == (
+        'label length: 6 values, expected class_num=7')
+    assert 'not a multiple of 4' in by_name['label_length.tfrecords']['bad'][1]['reason']
+    assert by_name['missing.tfrecords']['bad'][2]['reasons'] == [
+        "missing feature: 'image'", "missing feature: 'label'"]
+    assert by_name['not_example.tfrecords']['records'] == 3
+    assert by_name['not_image.tfrecords']['bad'][0]['name'] == 'img.jpg'
+
+    empty = by_name['empty.tfrecords']
+    assert empty['records'] == 0 and not empty['bad'] and not empty['corrupt']
+    assert [w['warning'].split(':')[0] for w in empty['warnings']] == [ct.EMPTY_SHARD]
+    kinds = by_name['warnings.tfrecords']['warning_kinds']
+    assert kinds == {ct.MISSING_OPTIONAL: 3, ct.SIZE_MISMATCH: 1, ct.LABEL_NEGATIVE: 1}
+    assert not by_name['warnings.tfrecords']['bad']
+
+    totals = summary['totals']
+    assert totals['bad_records'] == len({(f, i) for f, i, _ in broken['expected']})
+    assert totals['corrupt_files'] == 3 and totals['warnings'] == 6 and not summary['ok']
+
+    # the text report lists --max_bad of them; --json lists every one, same numbers
+    assert ct.main(['--class_num', str(CLASSES), '--quiet', '--workers', '1',
+                    '--max_bad', '2', broken['dir']]) == 1
+    out, _ = capsys.readouterr()
+    bad_section = out.split('bad records (%d):\n' % totals['bad_records'])[1].split('\n\n')[0]
+    assert bad_section.splitlines() == [
+        '  %s: record 4: %s' % (by_name['cut_header.tfrecords']['path'],
+                                by_name['cut_header.tfrecords']['bad'][0]['reason']),
+        '  %s: record 3: %s' % (flipped['path'], entry['reason']),
+        '  ... and %d more (--max_bad, or --json for all)' % (totals['bad_records'] - 2)]
+    assert 'warnings (6: empty shard 1, label values in (-1, 0) 1, missing optional ' \
+           'feature 3, size mismatch 1):' in out and '  ... and 4 more\n' in out
+    assert out.rstrip().endswith('BAD: %d bad records, 3 corrupt files' % totals['bad_records'])
+    assert ct.main(['--class_num', str(CLASSES), '--quiet', '--workers', '1', '--json',
+                    broken['dir']]) == 1
+    parsed = json.loads(capsys.readouterr().out)
+    assert parsed['totals'] == totals
+    assert sum(len(s['bad']) for s in parsed['files']) == totals['bad_records']
+
+
+def test_each_damage_alone_exits_1_and_empty_shard_alone_exits_0(broken, clean, capsys):
+    base = ['--class_num', str(CLASSES), '--quiet', '--workers', '1']
+    for name in sorted({f for f, _, _ in broken['expected']}):
+        path = os.path.join(broken['dir'], name)
+        assert ct.main(base + [path]) == 1, name
+    empty = os.path.join(broken['dir'], 'empty.tfrecords')
+    warnings = os.path.join(broken['dir'], 'warnings.tfrecords')
+    assert ct.main(base + [empty, warnings, clean['data']]) == 0
+    out = capsys.readouterr().out
+    assert 'empty shard' in out and out.rstrip().endswith('OK: no bad records (6 warnings)')
+
+
+@pytest.mark.parametrize('args, what', [
+    ([], 'no shard files or directories given'),
+    (['{missing}'], 'no such file or directory'),
+    (['{nodata}'], 'no shard files'),
+    (['--class_num', '0', '{data}'], '--class_num: must be > 0'),
+    (['--class_num', '-3', '{data}'], '--class_num: must be > 0'),
+    (['--class_num', 'x', '{data}'], '--class_num: not an integer'),
+    (['--workers', '0', '{data}'], '--workers: must be > 0'),
+    (['--mask_thres', 'nan', '{data}'], '--mask_thres: must be in (0, 1]'),
+    (['--bogus', '{data}'], 'unrecognized arguments'),
+])
+def test_bad_usage_exits_2_with_one_line(args, what, clean, tmp_path, capsys):
+    (tmp_path / 'nodata' / 'train').mkdir(parents=True)
+    (tmp_path / 'nodata' / 'notes.txt').write_text('x')
+    fill = {'missing': str(tmp_path / 'missing.tfrecords'),
+            'nodata': str(tmp_path / 'nodata'), 'data': clean['data']}
+    argv = [a.format(**fill) for a in args]
+    if '--class_num' not in argv:
+        argv = ['--class_num', str(CLASSES)] + argv
+    assert ct.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ''
+    assert err.count('\n') == 1 and err.startswith('check_tfrecords.py: error: ')
+    assert what in err
+    # --class_num is required
+    assert ct.main(['--quiet', clean['data']]) == 2
+    assert 'class_num' in capsys.readouterr().err
+
+
+def test_bad_usage_from_the_command_line(tmp_path):
+    proc = subprocess.run([sys.executable, SCRIPT, '--class_num', '5', str(tmp_path)],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ''
+    assert proc.stderr.splitlines() == [
+        'check_tfrecords.py: error: no shard files (*tfrecords) in %s or its train/ and '
+        'val/ subdirectories' % tmp_path]
+
+
+def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
+    # Worker processes whose checker dies on record 2 of a file, as on a failed CHECK in
+    # TensorFlow; no TensorFlow is loaded in them, so the test stays fast.
+    (tmp_path / 'dying_worker.py').write_text(
+        'import os, signal\n'
+        'from tools import check_tfrecords\n'
+        'def main(*args):\n'
+        '    def check(path, class_num, mask_thres, decoder, on_progress, on_record):\n'
+        '        on_record(0)\n'
+        '        os.write(2, b"noise of record 0\\n")\n'
+        '        on_record(2)\n'
+        '        os.write(2, b"F image_op.cc:42] Check failed: oops\\n")\n'
+        '        os.kill(os.getpid(), signal.SIGKILL)\n'
+        '    check_tfrecords._check_file = check\n'
+        '    check_tfrecords._worker_main(*args)\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import dying_worker
+    monkeypatch.setattr(ct, '_worker_main', dying_worker.main)
+    paths = [write_shard(tmp_path / ('%d.tfrecords' % i), [record()] * 3) for i in range(3)]
+    summary = ct.check_files(paths, CLASSES, workers=2, progress=False)
+    assert [s['path'] for s in summary['files']] == paths  # 3 files, 2 workers: replaced
+    for file_summary in summary['files']:
+        [entry] = file_summary['bad']
+        assert entry['index'] == 2 and entry['reason'].startswith(
+            'checker crashed: the checking process died (killed by SIGKILL) at record 2')
+        assert entry['reason'].endswith(
+            'its last output: F image_op.cc:42] Check failed: oops')
+    assert not summary['ok'] and summary['totals']['bad_records'] == 3
+
+
+# ------------------------------------------------------------------ property tests
+
+@pytest.fixture(scope='module')
+def parser_graph():
+    """train.record_parser_fn on a string placeholder, built once, in its own Session."""
+    graph = tf.Graph()
+    with graph.as_default():
+        serialized = tf.placeholder(tf.string, [], name='serialized')
+        outputs = train.record_parser_fn(serialized, False, 16, 3)
+    session = tf.Session(graph=graph)
+    yield serialized, outputs, session
+    session.close()
+
+
+@pytest.fixture(scope='module')
+def decoder():
+    return ct.make_tf_decoder()
+
+
+@pytest.fixture(autouse=False)
+def watchdog():
+    # A hang must fail the run (with every thread's stack), not stall it.
+    faulthandler.dump_traceback_later(300, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+BASE_LABEL = label_vector([(0, 1), (2, -1)], class_num=3)
+BASE_RECORD = record(JPEG, BASE_LABEL)
+BASE_RECORDS = [BASE_RECORD, record(JPEG, BASE_LABEL, drop=['width', 'height', 'name'])]
+BASE_IMAGES = [JPEG, encode(6, 4, 'PNG'), encode(5, 5, 'GIF', 'P'), encode(4, 3, 'BMP'),
+               ODD_BUT_FINE['cmyk'][0]]
+
+
+def mangle(data, ops):
+    data = bytearray(data)
+    for op, where, value in ops:
+        position = where % (len(data) + 1)
+        if op == 'flip' and data:
+            data[position % len(data)] ^= value % 255 + 1
+        elif op == 'insert':
+            data[position:position] = bytes([value % 256]) * (1 + value % 4)
+        elif op == 'delete':
+            del data[position:position + 1 + value % 8]
+        elif op == 'truncate':
+            del data[position:]
+    return bytes(data)
+
+
+OPS = st.lists(st.tuples(st.sampled_from(['flip', 'insert', 'delete', 'truncate']),
+                         st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=6)
+MAGIC = st.sampled_from([b'', b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n', b'GIF89a', b'BM'])
+
+
+@st.composite
+def mangled_records(draw):
+    """A valid record's bytes mangled, or a record whose image or label bytes are."""
+    how = draw(st.sampled_from(['serialized', 'image', 'random_image', 'label']))
+    if how == 'serialized':
+        return mangle(draw(st.sampled_from(BASE_RECORDS)), draw(OPS))
+    image, label_bytes = JPEG, BASE_LABEL.tobytes()
+    if how == 'image':
+        image = mangle(draw(st.sampled_from(BASE_IMAGES)), draw(OPS))
+    elif how == 'random_image':
+        image = draw(MAGIC) + draw(st.binary(max_size=300))
+    else:
+        label_bytes = draw(st.one_of(
+            st.binary(max_size=24),
+            st.lists(st.floats(width=32), min_size=3, max_size=3).map(
+                lambda v: np.array(v, '<f4').tobytes())))
+    example = tf.train.Example.FromString(record(image, BASE_LABEL))
+    example.features.feature['label'].bytes_list.value[0] = label_bytes
+    return example.SerializeToString()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(serialized=mangled_records())
+def test_mangled_records_get_a_verdict_and_a_clean_training_error(
+        serialized, decoder, parser_graph, watchdog):
+    result = ct.check_record(serialized, 3, decoder)
+    assert isinstance(result, ct.CheckResult)
+    assert result.ok == (not result.reasons)
+    if result.label is not None:
+        assert result.label.shape == (3,) and np.all(np.abs(result.label) <= 1)
+    placeholder, outputs, session = parser_graph
+    options = tf.RunOptions(timeout_in_ms=60000)
+    try:
+        image, label = session.run(outputs, {placeholder: serialized}, options=options)
+    except tf.errors.OpError:
+        trained = False
+    except UnicodeDecodeError:
+        # Known TensorFlow defect (see test_unparseable_record_error_is_not_an_op_error):
+        # only records that are not Examples at all get here.
+        assert result.reasons[0].startswith(ct.NOT_EXAMPLE), result
+        trained = False
+    else:
+        trained = True
+        assert image.shape == (16, 16, 3) and label.shape == (3,)
+        assert np.all(np.abs(image) <= 1.0)
+    if result.ok:  # what the checker passes, training reads
+        assert trained, result
+
+
+@pytest.mark.xfail(raises=UnicodeDecodeError, strict=True,
+                   reason='TF puts the raw record bytes into ParseExample\'s error message; '
+                          'Session.run then fails to decode that message as UTF-8')
+def test_unparseable_record_error_is_not_an_op_error(parser_graph):
+    placeholder, outputs, session = parser_graph
+    with pytest.raises(tf.errors.OpError):
+        session.run(outputs, {placeholder: b'\x0a\xff\xff'})

@@ -1,0 +1,181 @@
+"""train.py under failure: kills at random moments, NaN loss, corrupt and odd records."""
+import io
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from PIL import Image
+
+from tools import make_tfrecords
+from test_train import CLASSES, ENV, ROOT, run_train, small_run_flags, write_dataset
+
+pytestmark = pytest.mark.slow
+
+
+def jpeg_bytes(mode='RGB', size=(40, 36), fmt='JPEG', seed=0):
+    rng = np.random.default_rng(seed)
+    channels = {'RGB': 3, 'L': 1, 'CMYK': 4, 'RGBA': 4}[mode]
+    pixels = rng.integers(0, 255, size=(size[1], size[0], channels)).astype(np.uint8)
+    image = Image.fromarray(pixels[..., 0] if channels == 1 else pixels, mode)
+    buf = io.BytesIO()
+    image.save(buf, fmt)
+    return buf.getvalue()
+
+
+def write_shards(data_dir, images, labels=None, shards=2):
+    """Writes records with the given encoded images straight to <data_dir>/train."""
+    directory = os.path.join(data_dir, 'train')
+    os.makedirs(directory, exist_ok=True)
+    writers = [tf.io.TFRecordWriter(os.path.join(directory, '%d.tfrecords' % k))
+               for k in range(shards)]
+    for i, data in enumerate(images):
+        label = np.zeros(CLASSES, np.float32) if labels is None else labels[i]
+        label[0] = 1.0 if labels is None else label[0]
+        example = make_tfrecords.make_example(data, label, 10, 10, 'im%d' % i)
+        writers[i % shards].write(example.SerializeToString())
+    for w in writers:
+        w.close()
+    return data_dir
+
+
+@pytest.fixture(scope='module')
+def good_data(tmp_path_factory):
+    return write_dataset(str(tmp_path_factory.mktemp('good')))
+
+
+def latest_step(model_dir):
+    path = tf.train.latest_checkpoint(model_dir)
+    return None if path is None else int(path.rsplit('-', 1)[1])
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(good_data, tmp_path):
+    model_dir = str(tmp_path / 'model')
+    assert run_train(*small_run_flags(good_data, model_dir, 2)).returncode == 0
+    nan_labels = [np.full(CLASSES, np.nan, np.float32) for _ in range(8)]
+    nan_data = write_shards(str(tmp_path / 'nan'), [jpeg_bytes(seed=i) for i in range(8)],
+                            nan_labels)
+    result = run_train(*small_run_flags(nan_data, model_dir, 6))
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert 'NaN or Inf at step 3' in last and 'model.ckpt-2 is kept' in last, last
+    assert latest_step(model_dir) == 2
+
+
+def test_odd_but_valid_images_train(tmp_path):
+    images = [jpeg_bytes('RGB', (1, 1)), jpeg_bytes('L'), jpeg_bytes('CMYK'),
+              jpeg_bytes('RGBA', fmt='PNG'), jpeg_bytes('RGB', (3, 200)),
+              jpeg_bytes('RGB', fmt='PNG'), jpeg_bytes('L', (1, 1)), jpeg_bytes('RGB')]
+    data = write_shards(str(tmp_path / 'odd'), images)
+    model_dir = str(tmp_path / 'model')
+    result = run_train(*small_run_flags(data, model_dir, 4))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert latest_step(model_dir) == 4
+
+
+def corrupt_dataset(tmp_path):
+    images = [jpeg_bytes(seed=i) for i in range(12)]
+    images[3] = b'\xff\xd8\xff\xe0 this is no jpeg'
+    images[8] = images[8][:40]  # truncated JPEG
+    return write_shards(str(tmp_path / 'corrupt'), images)
+
+
+def test_corrupt_image_stops_with_a_message_by_default(tmp_path):
+    data = corrupt_dataset(tmp_path)
+    result = run_train(*small_run_flags(data, str(tmp_path / 'model'), 12))
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1
+    assert last.startswith('train.py: error: bad record') and 'skip_bad_records' in last, last
+
+
+def test_skip_bad_records_counts_them(tmp_path):
+    from test_train import scalar_tags
+    data = corrupt_dataset(tmp_path)
+    model_dir = str(tmp_path / 'model')
+    result = run_train(*small_run_flags(data, model_dir, 12), '--skip_bad_records')
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = [int(float(line.split('skipped_records = ')[1].split(',')[0].split(' ')[0]))
+              for line in result.stderr.splitlines() if 'skipped_records = ' in line]
+    assert counts and max(counts) >= 2  # both bad records seen within 12 steps x 4 images
+    scalars = scalar_tags(model_dir)
+    assert max(v for _, v in scalars['skipped_records']) >= 2
+
+
+def test_truncated_shard_points_to_the_checker(good_data, tmp_path):
+    import shutil
+    data = str(tmp_path / 'trunc')
+    shutil.copytree(good_data, data)
+    shard = os.path.join(data, 'train', '1.tfrecords')
+    size = os.path.getsize(shard)
+    with open(shard, 'r+b') as f:
+        f.truncate(size - 100)
+    result = run_train(*small_run_flags(data, str(tmp_path / 'model'), 30))
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1
+    assert 'truncated or corrupt' in last and 'check_tfrecords.py' in last, last
+
+
+def test_killed_five_times_at_random_moments_ends_at_max_iter(good_data, tmp_path):
+    """SIGKILL during start-up, steps and checkpoint saves; every checkpoint stays loadable
+    with counters that match its step (class 0 is in every batch: pos_count[0] == step)."""
+    model_dir = str(tmp_path / 'model')
+    flags = small_run_flags(good_data, model_dir, 40)
+    flags[flags.index('--snapshot=100')] = '--snapshot=3'
+    rng = random.Random(7)
+    for attempt in range(5):
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'train.py')] + flags,
+                                cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(3, 16))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    final = run_train(*flags)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert latest_step(model_dir) == 40
+    state = tf.train.get_checkpoint_state(model_dir)
+    for path in state.all_model_checkpoint_paths:
+        reader = tf.train.load_checkpoint(path)
+        step = reader.get_tensor('global_step')
+        assert path.endswith('-%d' % step)
+        assert reader.get_tensor('pos_count')[0] == step
+        assert np.any(reader.get_tensor('logits/dense/kernel/Momentum') != 0)
+
+
+def test_record_builder_killed_mid_run_resumes(tmp_path):
+    rng = np.random.default_rng(0)
+    images = tmp_path / 'images'
+    images.mkdir()
+    lines = []
+    for i in range(240):
+        Image.fromarray(rng.integers(0, 255, (64, 64, 3)).astype(np.uint8)).save(
+            str(images / ('%d.jpg' % i)))
+        lines.append('%d.jpg %d:1' % (i, i % CLASSES))
+    (tmp_path / 'list.txt').write_text('\n'.join(lines) + '\n')
+    cmd = [sys.executable, os.path.join(ROOT, 'tools', 'make_tfrecords.py'), '--out_dir',
+           str(tmp_path / 'out'), '--image_root', str(images), '--class_num', str(CLASSES),
+           '--num_shards', '6', '--workers', '1', str(tmp_path / 'list.txt')]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    train_dir = tmp_path / 'out' / 'train'
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(train_dir.glob('*.tfrecords')):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = sorted(p.name for p in train_dir.glob('*.tfrecords'))
+    assert 0 < len(finished) < 6
+    for p in train_dir.glob('*.tfrecords'):  # what exists is complete
+        assert sum(1 for _ in tf.io.tf_record_iterator(str(p))) == 40
+    assert subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True).returncode == 0
+    names = set()
+    for p in train_dir.glob('*.tfrecords'):
+        for record in tf.io.tf_record_iterator(str(p)):
+            names.add(tf.train.Example.FromString(record).features.feature['name']
+                      .bytes_list.value[0])
+    assert len(names) == 240
+    assert not [p for p in train_dir.iterdir() if 'tmp' in p.name]
