@@ -426,9 +426,18 @@ class StepTracker(tf.train.SessionRunHook):
         return None if self.last_step is None else self.last_step + 1
 
 
+def op_error_text(error):
+    """The cause in a graph-mode OpError message, without TF 2.15's 'Graph execution
+    error:' header, node names and stack traces."""
+    boilerplate = ('Graph execution error:', 'Detected at node', 'File "', 'Node:', '[[')
+    lines = [line.strip() for line in str(getattr(error, 'message', error)).splitlines()]
+    return ' '.join(l for l in lines if l and not l.startswith(boilerplate)) or \
+        type(error).__name__
+
+
 def describe_failure(error, f, step):
     """One line for an error that stopped training, with what to do about it."""
-    first_line = error.message.splitlines()[0] if error.message else type(error).__name__
+    first_line = op_error_text(error)
     last = tf.train.latest_checkpoint(f.model_dir)
     kept = ('the last checkpoint %s is kept' % os.path.basename(last) if last
             else 'no checkpoint was written')
@@ -479,6 +488,13 @@ def train(f):
         train_on(estimator, f, files, tracker)
     except tf.errors.OpError as e:
         raise TrainingError(describe_failure(e, f, tracker.failed_step))
+    except UnicodeDecodeError:
+        # TF quotes the raw bytes of an unparseable record in its error, which then fails
+        # to decode as text: all that is left to say is which kind of problem it was.
+        raise TrainingError(
+            'a record is not a tf.train.Example%s; find it with tools/check_tfrecords.py, '
+            'or train on with --skip_bad_records' % (
+                ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
     tf.logging.info('done; TensorBoard: tensorboard --logdir %s', f.model_dir)
     return estimator
 

@@ -147,7 +147,8 @@ def broken(tmp_path_factory):
           (1, ct.LABEL_LENGTH), (3, ct.LABEL_LENGTH))
     shard('label_values.tfrecords',
           [record(label=label_vector([(2, 1.5)])), good[1],
-           record(label=label_vector([(0, np.nan)])), record(label=label_vector([(6, -np.inf)])),
+           record(label=label_vector([(0, np.nan)])),
+           record(label=label_vector([(6, -np.inf)])),
            record(label=label_vector([(3, -1.01)]))],
           (0, ct.LABEL_VALUES), (2, ct.LABEL_VALUES), (3, ct.LABEL_VALUES),
           (4, ct.LABEL_VALUES))
@@ -187,6 +188,8 @@ def test_check_record_verdicts():
     assert result.ok and result.reasons == [] and result.warnings == []
     np.testing.assert_array_equal(result.label, label)
     assert result.name == 'a/b.jpg'
+    assert result.positives == 2  # 1 and 0.7: float32 0.7 >= mask_thres 0.7, as in training
+    assert ct.check_record(record(label=label), CLASSES, decoder, mask_thres=0.9).positives == 1
     for name, (image, width, height) in ODD_BUT_FINE.items():
         result = ct.check_record(record(image, width=width, height=height), CLASSES, decoder)
         assert result.ok and not result.warnings, (name, result)
@@ -267,6 +270,7 @@ def test_cli_json_with_two_workers_matches_one_worker_in_process(clean, broken):
         '%d/%d files, %d records, %s records/s' % (files, files, records,
                                                     lines[-1].split()[-2]))
     assert proc.stderr.decode().count('\n') == 1  # workers' decoder noise kept off it
+    assert len(lines) - 1 <= 5 * parsed['seconds'] + 2  # at most ~5 redraws a second
 
 
 def test_every_kind_of_damage_is_found(broken, capsys):
@@ -422,7 +426,7 @@ def decoder():
     return ct.make_tf_decoder()
 
 
-@pytest.fixture(autouse=False)
+@pytest.fixture
 def watchdog():
     # A hang must fail the run (with every thread's stack), not stall it.
     faulthandler.dump_traceback_later(300, exit=True)

@@ -130,16 +130,9 @@ def _tf():
 # --------------------------------------------------------------------------- decoder
 
 def _op_error_text(exc):
-    """The useful line(s) of a graph-mode OpError message (no node/trace boilerplate)."""
-    lines = []
-    for line in str(getattr(exc, 'message', exc)).splitlines():
-        text = line.strip()
-        if (not text or text == 'Graph execution error:' or text.startswith('Detected at node')
-                or text.startswith('File "') or text.startswith('Node:')
-                or text.startswith('[[')):
-            continue
-        lines.append(text)
-    return ' '.join(lines) or type(exc).__name__
+    """The useful part of a graph-mode OpError message (train.py's wording)."""
+    import train  # lazily: it imports TensorFlow, which --help and usage errors skip
+    return train.op_error_text(exc)
 
 
 class _TFDecoder(object):
@@ -584,7 +577,10 @@ class _Worker(object):
     def assign(self, task, path):
         self.task = task
         self.position.value = -1
-        self.conn.send(path)
+        try:
+            self.conn.send(path)
+        except OSError:
+            pass  # it died already: reported as a crash on this file, like any other
 
     def messages(self):
         """The messages waiting in the pipe; a closed pipe (the process died) ends them."""
@@ -645,7 +641,7 @@ def _run_workers(paths, class_num, mask_thres, workers, meter):
                         results[worker.task] = payload
                         worker.task = None
                         meter.add(files=1)
-                        if todo:
+                        if todo and not dead:
                             worker.assign(*todo.popleft())
                     else:
                         raise RuntimeError('checking %s failed: %s'
@@ -673,8 +669,9 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7):
 
     paths: shard file paths (use resolve_inputs for directories). workers: processes
     ('spawn' context), one file per task; None = the number of usable CPUs; with one
-    worker or one file everything runs in this process. progress: draw a progress line
-    on stderr.
+    worker or one file everything runs in this process. A worker process that dies
+    makes its file bad (reason "checker crashed: ..." naming the record) and is
+    replaced. progress: draw a progress line on stderr.
 
     Returns a dict: class_num, mask_thres, ok (nothing bad), seconds, files (the per-file
     summaries of check_file, in the order of `paths`, without their per-class positives)
@@ -683,6 +680,8 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7):
     cardinality (list: positives per image -> records).
     """
     paths = [os.fspath(p) for p in paths]
+    if class_num < 1:
+        raise ValueError('class_num must be >= 1, got %d' % class_num)
     if workers is not None and workers < 1:
         raise ValueError('workers must be >= 1, got %d' % workers)
     start = time.monotonic()
