@@ -6,8 +6,8 @@ the same path as real data (an image list -> tools/make_tfrecords.py -> shards i
 <demo_dir>/data/{train,val}), a ResNet-18 at 48x48 trains on them with train.py's code,
 and the demo then reports how much it learned: the weighted cross_entropy read back from
 the TensorBoard events (first vs last 10 % of the steps) and the validation mAP and
-precision@1 against the label-frequency baseline. Kept out of train.py because nothing
-in training depends on it.
+precision@1 (train.evaluate) against the label-frequency baseline. Kept out of train.py
+because nothing in training depends on it.
 """
 import glob
 import os
@@ -100,28 +100,6 @@ def make_dataset(demo_dir, seed=0):
     return data_dir
 
 
-def average_precision(scores, positives):
-    """AP of one class: mean over the positives of the precision at their rank."""
-    order = np.argsort(-scores, kind='stable')
-    hits = positives[order].astype(np.float64)
-    if hits.sum() == 0:
-        return None
-    precision_at = np.cumsum(hits) / np.arange(1, len(hits) + 1)
-    return float((precision_at * hits).sum() / hits.sum())
-
-
-def mean_average_precision(scores, labels, threshold=0.7):
-    aps = [average_precision(scores[:, c], labels[:, c] >= threshold)
-           for c in range(labels.shape[1])]
-    aps = [ap for ap in aps if ap is not None]
-    return float(np.mean(aps)) if aps else float('nan')
-
-
-def precision_at_1(scores, labels, threshold=0.7):
-    top = np.argmax(scores, axis=1)
-    return float(np.mean(labels[np.arange(len(top)), top] >= threshold))
-
-
 def scalar_series(model_dir, tag):
     """(steps, values) of a scalar tag from the TensorBoard events in model_dir."""
     from tensorboard.backend.event_processing import event_accumulator
@@ -137,28 +115,22 @@ def learning_ratio(values):
     return float(np.mean(values[-k:]) / np.mean(values[:k]))
 
 
-def evaluate(estimator, f):
-    """Validation scores of the trained model -> dict of mAP, P@1 and their baselines."""
-    import tensorflow.compat.v1 as tf
-    import train
+def label_frequency_baseline(data_dir, threshold=0.7):
+    """mAP and precision@1 of always predicting each class's frequency in val.
 
-    val_files = sorted(glob.glob(os.path.join(f.data_dir, 'val', '*.tfrecords')))
+    A constant score ranks images at random, so each class's AP is its frequency; every
+    image gets the most frequent class as its top-1.
+    """
+    import tensorflow.compat.v1 as tf
+
     labels = []
-    for path in val_files:
+    for path in sorted(glob.glob(os.path.join(data_dir, 'val', '*.tfrecords'))):
         for record in tf.io.tf_record_iterator(path):
             example = tf.train.Example.FromString(record)
             labels.append(np.frombuffer(
                 example.features.feature['label'].bytes_list.value[0], '<f4'))
-    labels = np.stack(labels)
-    scores = np.stack([p['scores'] for p in estimator.predict(
-        lambda: train.input_fn(False, f.data_dir, 64, f.class_num, f.image_size,
-                               files=val_files), yield_single_examples=True)])
-    frequency = (labels >= 0.7).mean(axis=0)
-    prior = np.tile(frequency, (len(labels), 1))
-    return {'mAP': mean_average_precision(scores, labels),
-            'baseline_mAP': mean_average_precision(prior, labels),
-            'P@1': precision_at_1(scores, labels),
-            'baseline_P@1': precision_at_1(prior, labels)}
+    frequency = (np.stack(labels) >= threshold).mean(axis=0)
+    return float(frequency[frequency > 0].mean()), float(frequency.max())
 
 
 def run(f):
@@ -181,10 +153,10 @@ def run(f):
     ratio = learning_ratio(ce)
     print('\ndemo: weighted cross_entropy, mean of the last 10%% of %d logged steps / first '
           '10%%: %.3f (%s)' % (len(ce), ratio, 'learned' if ratio <= 0.5 else 'NOT learned'))
-    result = evaluate(estimator, f)
+    result = train.evaluate(f, estimator, files=train.evaluation_files(f))
+    base_map, base_p1 = label_frequency_baseline(f.data_dir)
     print('demo: validation mAP %.3f (label-frequency baseline %.3f), precision@1 %.3f '
-          '(baseline %.3f)' % (result['mAP'], result['baseline_mAP'], result['P@1'],
-                               result['baseline_P@1']))
+          '(baseline %.3f)' % (result['mAP'], base_map, result['precision@1'], base_p1))
     print('demo: TensorBoard logs in %s  ->  tensorboard --logdir %s'
           % (f.model_dir, f.model_dir))
     return ratio, result

@@ -48,7 +48,12 @@ def _bool(group, name, default, help_text, **kw):
 IGNORED = ' Accepted for compatibility with the original; ignored by this program.'
 
 G = 'Global'
-_string(G, 'mode', 'train', 'What to run. Only "train" is implemented.')
+_string(G, 'mode', 'train',
+        'train: train to --max_iter. eval: evaluate a checkpoint (--checkpoint_path, else '
+        'the latest in --model_dir) on <data_dir>/val. train_and_eval: train, evaluating '
+        'every --test_interval steps on --test_iter batches of val.')
+_string(G, 'checkpoint_path', '', '--mode=eval: the checkpoint to evaluate (default: the '
+        'latest in --model_dir).')
 _int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
 _bool(G, 'demo', False,
       'Build a small synthetic multi-label dataset of JPEG files under --demo_dir, make its '
@@ -137,9 +142,9 @@ G = 'Devices'
 _int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the original\'s '
      'spelling); -1 = leave all GPUs visible.')
 
-G = 'Evaluation (original\'s separate eval scripts)'
-_int(G, 'test_interval', 0, 'Steps between evaluations.' + IGNORED)
-_int(G, 'test_iter', 0, 'Batches per evaluation.' + IGNORED)
+G = 'Evaluation'
+_int(G, 'test_interval', 0, '--mode=train_and_eval: steps between evaluations (> 0).')
+_int(G, 'test_iter', 0, 'Batches of --batch_size per evaluation; 0 = the whole val split.')
 _string(G, 'piclist', '', 'Image list to classify.' + IGNORED)
 _int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
 _int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)

@@ -20,6 +20,7 @@ import flags as flags_lib
 import image_preprocess
 import loss as loss_lib
 import lr_schedule
+import metrics
 import resnet
 
 tf.disable_v2_behavior()
@@ -33,6 +34,9 @@ NON_FINITE_LOSS = 'non-finite training loss'
 
 class TrainingError(RuntimeError):
     """Training started and then stopped on an error: reported as one line, exit 1."""
+
+
+MODES = ('train', 'eval', 'train_and_eval')
 
 
 class UsageError(ValueError):
@@ -249,9 +253,17 @@ def resnet_model_fn(features, labels, mode, params):
             tf.summary.scalar('skipped_records', logged['skipped_records'])
         hooks.append(TrainingLogHook(logged, params['batch_size'], params['log_interval'],
                                      params.get('max_steps')))
+    eval_metrics = None
+    if mode == tf.estimator.ModeKeys.EVAL:
+        # The histograms of mAP cannot place a NaN: say what it means instead.
+        scores = tf.debugging.check_numerics(
+            predictions['scores'], 'the model outputs NaN or Inf in inference mode (a '
+            'diverged model, or one trained too briefly for its batch-norm moving averages)')
+        eval_metrics = metrics.multilabel_metrics(labels, scores, params['mask_thres'])
+        eval_metrics['cross_entropy'] = tf.metrics.mean(cross_entropy)
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
-        eval_metric_ops={'accuracy': accuracy}, training_hooks=hooks, scaffold=scaffold)
+        eval_metric_ops=eval_metrics, training_hooks=hooks, scaffold=scaffold)
 
 
 # The original left its loss counters unnamed; its checkpoints hold them as these.
@@ -324,10 +336,30 @@ def check_label_length(files, class_num):
                 % (path, int(found) if found == int(found) else found, class_num))
 
 
+def check_checkpoint_head(path, class_num):
+    """A checkpoint to restore must be a model of this program with class_num outputs."""
+    if not path:
+        return
+    shapes = dict(tf.train.list_variables(path))
+    if 'logits/dense/bias' not in shapes:
+        raise UsageError('%s holds no model variables of this program (no logits/dense/bias)'
+                         % path)
+    found = shapes['logits/dense/bias'][0]
+    if found != class_num:
+        raise UsageError('%s has %d classes, --class_num is %d' % (path, found, class_num))
+
+
 def validate_flags(f):
     """Checks everything that can be checked before a graph exists; raises UsageError."""
-    if f.mode != 'train':
-        raise UsageError('--mode=%s is not implemented; only --mode=train' % f.mode)
+    if f.mode not in MODES:
+        raise UsageError('--mode=%s is not implemented; use one of %s'
+                         % (f.mode, ', '.join(MODES)))
+    if f.mode == 'train_and_eval' and f.test_interval <= 0:
+        raise UsageError('--mode=train_and_eval needs --test_interval > 0, got %d'
+                         % f.test_interval)
+    if f.test_iter < 0:
+        raise UsageError('--test_iter must be >= 0 (0 = the whole val split), got %d'
+                         % f.test_iter)
     for name in ('batch_size', 'image_size', 'class_num', 'log_interval', 'snapshot',
                  'max_to_keep'):
         if f[name].value <= 0:
@@ -462,11 +494,57 @@ def log_to_file(log_dir):
     logging.getLogger('tensorflow').addHandler(handler)
 
 
+def eval_input_fn(f, files):
+    return lambda: input_fn(False, f.data_dir, f.batch_size, f.class_num, f.image_size,
+                            num_parallel_calls=f.num_preprocess_threads, files=files)
+
+
+def evaluation_files(f):
+    """All val shard files, checked like the training ones."""
+    files = file_db.list_shards(f.data_dir, 'val', f.file_pattern)
+    check_label_length(files, f.class_num)
+    return files
+
+
+def format_metrics(results):
+    return ', '.join('%s = %.4f' % (k, v) for k, v in sorted(results.items())
+                     if k != 'global_step')
+
+
+def evaluate(f, estimator=None, checkpoint_path=None, files=None):
+    """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics."""
+    if estimator is None:
+        validate_flags(f)
+        data_format = resolve_data_format(f.data_format, gpu_visible())
+        files = evaluation_files(f)
+        checkpoint_path = f.checkpoint_path or tf.train.latest_checkpoint(f.model_dir)
+        if not checkpoint_path:
+            raise UsageError('no checkpoint to evaluate in --model_dir=%s (give '
+                             '--checkpoint_path)' % f.model_dir)
+        if not tf.train.checkpoint_exists(checkpoint_path):
+            raise UsageError('--checkpoint_path=%s does not exist' % checkpoint_path)
+        log_to_file(f.log_dir)
+        estimator = make_estimator(f, data_format)
+    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(f.model_dir)
+    check_checkpoint_head(checkpoint_path, f.class_num)
+    try:
+        results = estimator.evaluate(eval_input_fn(f, files),
+                                     steps=f.test_iter if f.test_iter > 0 else None,
+                                     checkpoint_path=checkpoint_path)
+    except tf.errors.OpError as e:
+        raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
+    tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
+                    results['global_step'], f.test_iter or 'all', format_metrics(results))
+    return results
+
+
 def train(f):
-    """Validates, then trains to global step --max_iter. Returns the Estimator."""
+    """Validates, then trains to global step --max_iter (evaluating every --test_interval
+    steps in train_and_eval mode). Returns the Estimator."""
     validate_flags(f)
     data_format = resolve_data_format(f.data_format, gpu_visible())
     files = training_files(f)
+    val_files = evaluation_files(f) if f.mode == 'train_and_eval' else None
     log_to_file(f.log_dir)
     tf.logging.info('worker %d/%d reads %d shard files: %s', f.worker_id, f.worker_num,
                     len(files), ', '.join(os.path.basename(p) for p in files[:20])
@@ -476,6 +554,8 @@ def train(f):
     if f.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', f.lr)
+    if tf.io.gfile.isdir(f.model_dir):
+        check_checkpoint_head(tf.train.latest_checkpoint(f.model_dir), f.class_num)
     estimator = make_estimator(f, data_format)
     tracker = StepTracker()
     if estimator.params['legacy_counters']:
@@ -485,7 +565,15 @@ def train(f):
     tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
                     f.max_iter if f.max_iter > 0 else 'infinity', f.model_dir)
     try:
-        train_on(estimator, f, files, tracker)
+        if f.mode == 'train_and_eval':
+            step = estimator_step(f.model_dir)
+            last = f.max_iter if f.max_iter > 0 else float('inf')
+            while step < last:
+                step = min(last, (step // f.test_interval + 1) * f.test_interval)
+                train_on(estimator, f, files, tracker, step)
+                evaluate(f, estimator, files=val_files)
+        else:
+            train_on(estimator, f, files, tracker, f.max_iter if f.max_iter > 0 else None)
     except tf.errors.OpError as e:
         raise TrainingError(describe_failure(e, f, tracker.failed_step))
     except UnicodeDecodeError:
@@ -499,14 +587,20 @@ def train(f):
     return estimator
 
 
-def train_on(estimator, f, files, tracker):
+def estimator_step(model_dir):
+    """The global step of the latest checkpoint in model_dir, 0 without one."""
+    path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    return int(tf.train.load_checkpoint(path).get_tensor('global_step')) if path else 0
+
+
+def train_on(estimator, f, files, tracker, max_steps):
     estimator.train(
         input_fn=lambda: input_fn(
             True, f.data_dir, f.batch_size, f.class_num, f.image_size,
             file_pattern=f.file_pattern, file_shuffle_buffer=f.file_shuffle_buffer,
             shuffle_buffer=f.shuffle_buffer, num_parallel_calls=f.num_preprocess_threads,
             files=files, skip_bad_records=f.skip_bad_records),
-        max_steps=f.max_iter if f.max_iter > 0 else None, hooks=[tracker])
+        max_steps=max_steps, hooks=[tracker])
 
 
 def main(argv):
@@ -515,6 +609,8 @@ def main(argv):
         if FLAGS.demo:
             import demo
             demo.run(FLAGS)
+        elif FLAGS.mode == 'eval':
+            evaluate(FLAGS)
         else:
             train(FLAGS)
     except (UsageError, file_db.DataError) as e:

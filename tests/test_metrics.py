@@ -248,9 +248,13 @@ def test_scores_zero_and_one_land_in_valid_bins(streaming):
         # points in one bin.
         grid = np.arange(0.0, 1.0, 2.01 / metrics.NUM_BINS)
         grid_bins = sess.run(metrics.score_bins(tf.constant(grid), metrics.NUM_BINS))
+        near_ends = np.array([1e-4, 1.1e-4, 1 - 1.1e-4, 1 - 1e-4], np.float32)
+        bins_near_ends = sess.run(metrics.score_bins(tf.constant(near_ends), metrics.NUM_BINS))
     assert bins[0] == 0 and bins[-1] == metrics.NUM_BINS - 1
     assert np.all(np.diff(bins) >= 0)
     assert np.all(np.diff(grid_bins) > 0)
+    # Near 0 and 1 bins are a few % of s (or 1 - s) wide: 1e-4 and 1.1e-4 are told apart.
+    assert bins_near_ends[0] < bins_near_ends[1] < bins_near_ends[2] < bins_near_ends[3]
     # Whole splits of exact 0 and 1 scores: every valid entry is counted, in an end bin.
     y, _ = make_split(4)
     s = np.random.default_rng(4).choice([0.0, 1.0], size=y.shape).astype(np.float32)

@@ -1,0 +1,86 @@
+"""--mode=eval and --mode=train_and_eval end to end, and their bad input."""
+import os
+
+import pytest
+
+from test_train import CLASSES, run_train, small_run_flags, write_dataset
+
+pytestmark = pytest.mark.slow
+
+METRICS = {'mAP', 'precision@1', 'precision@5', 'micro_f1', 'macro_f1', 'accuracy',
+           'cross_entropy'}
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('eval'))
+    data = write_dataset(root)
+    model_dir = os.path.join(root, 'model')
+    # Moving averages = the last batch's statistics, so that inference after two steps
+    # is as finite as training.
+    result = run_train(*small_run_flags(data, model_dir, 2), '--mode=train_and_eval',
+                       '--test_interval=1', '--test_iter=1', '--batch_norm_decay=0', '--lr=1e-4')
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, model_dir, result.stderr
+
+
+def eval_scalars(model_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(os.path.join(model_dir, 'eval'),
+                                             size_guidance={'scalars': 0})
+    acc.Reload()
+    return {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()['scalars']}
+
+
+def test_train_and_eval_evaluates_each_interval_naming_the_checkpoint(trained):
+    data, model_dir, log = trained
+    for step in (1, 2):
+        assert 'evaluated %s (global step %d) on 1 val batches: ' % (
+            os.path.join(model_dir, 'model.ckpt-%d' % step), step) in log
+    scalars = eval_scalars(model_dir)
+    assert METRICS <= set(scalars)
+    assert scalars['mAP'] == [1, 2]
+
+
+def test_eval_mode_on_the_whole_split_and_a_given_checkpoint(trained):
+    data, model_dir, _ = trained
+    result = run_train(*small_run_flags(data, model_dir, 2), '--mode=eval',
+                       '--batch_norm_decay=0', '--lr=1e-4')
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = [l for l in result.stderr.splitlines() if 'evaluated ' in l][-1]
+    assert 'model.ckpt-2 (global step 2) on all val batches' in line
+    for name in METRICS:
+        assert '%s = ' % name in line
+    first = os.path.join(model_dir, 'model.ckpt-1')
+    result = run_train(*small_run_flags(data, model_dir, 2), '--mode=eval',
+                       '--checkpoint_path=' + first, '--batch_norm_decay=0', '--lr=1e-4')
+    assert result.returncode == 0 and 'evaluated %s (global step 1)' % first in result.stderr
+
+
+def test_eval_of_a_model_that_outputs_nan_says_so(trained, tmp_path):
+    data, _, _ = trained
+    model_dir = str(tmp_path / 'model')
+    assert run_train(*small_run_flags(data, model_dir, 1)).returncode == 0
+    result = run_train(*small_run_flags(data, model_dir, 1), '--mode=eval')
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and 'NaN or Inf in inference mode' in last, last
+
+
+def test_eval_bad_input(trained, tmp_path):
+    data, model_dir, _ = trained
+    cases = [
+        (['--checkpoint_path=' + str(tmp_path / 'nope')], 'does not exist'),
+        (['--model_dir=' + str(tmp_path / 'empty_model')], 'no checkpoint to evaluate'),
+        (['--class_num=7', '--data_dir=' + write_dataset(str(tmp_path / 'seven'),
+                                                         class_num=7)],
+         'has %d classes, --class_num is 7' % CLASSES),
+        (['--data_dir=' + str(tmp_path)], 'val'),
+    ]
+    for extra, fragment in cases:
+        result = run_train(*small_run_flags(data, model_dir, 2), '--mode=eval', *extra,
+                           '--batch_norm_decay=0', '--lr=1e-4')
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2, (extra, result.stderr[-1500:])
+        assert last.startswith('train.py: error: ') and fragment in last, (extra, last)
+    result = run_train(*small_run_flags(data, model_dir, 2), '--mode=train_and_eval')
+    assert result.returncode == 2 and '--test_interval' in result.stderr.splitlines()[-1]
