@@ -164,31 +164,33 @@ class TrainingLogHook(tf.train.SessionRunHook):
         self._last_iter = 0
 
     def before_run(self, run_context):
+        # The scalars are computed by the training step anyway; fetching them every step
+        # lets end() log the last step without running the graph (which would draw a
+        # batch and advance the loss counters).
         self._iter += 1
-        if self._iter % self._every_n == 0:
-            return tf.train.SessionRunArgs(self._tensors)
-        return None
+        return tf.train.SessionRunArgs(self._tensors)
 
     def after_run(self, run_context, run_values):
-        if run_values.results:
-            self._log(run_context.session, run_values.results)
+        self._values = run_values.results
+        if self._iter % self._every_n == 0:
+            self._log(run_context.session)
 
     def end(self, session):
         if self._iter != self._last_iter:
-            self._log(session, session.run(self._tensors))
+            self._log(session)
 
-    def _log(self, session, values):
+    def _log(self, session):
         now = time.time()
         steps = self._iter - self._last_iter
         elapsed = max(now - self._last_time, 1e-9)
         step = session.run(self._global_step)
-        text = ', '.join('%s = %.6g' % (k, v) for k, v in sorted(values.items()))
+        text = ', '.join('%s = %.6g' % (k, v) for k, v in sorted(self._values.items()))
         rate = steps / elapsed
         line = 'step %d: %s (%.1f images/s, %.3f s/step' % (
             step, text, rate * self._batch_size, elapsed / steps)
         if self._max_steps:
-            eta = max(0, self._max_steps - step) / rate
-            line += ', ETA %s' % time.strftime('%H:%M:%S', time.gmtime(eta))
+            eta = int(max(0, self._max_steps - step) / rate)
+            line += ', ETA %d:%02d:%02d' % (eta // 3600, eta // 60 % 60, eta % 60)
         tf.logging.info(line + ')')
         self._last_time, self._last_iter = now, self._iter
 
