@@ -55,11 +55,11 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 import file_db  # noqa: E402
+from tools import progress as _progress  # noqa: E402
 
 PROG = 'check_tfrecords.py'
 SHARD_PATTERN = '*tfrecords'
 SPLITS = ('train', 'val')
-PROGRESS_INTERVAL = 0.2  # seconds: at most 5 progress updates per second
 MAX_STORED_WARNINGS = 1000  # per file; counts stay exact (see check_file)
 MAX_LISTED_VALUES = 5       # offending label entries quoted in one reason
 
@@ -413,7 +413,7 @@ def _check_file(path, class_num, mask_thres, decoder, on_progress, on_record=Non
             count += 1
             pending += 1
             now = time.monotonic()
-            if on_progress is not None and now - last_report >= PROGRESS_INTERVAL:
+            if on_progress is not None and now - last_report >= _progress.PROGRESS_INTERVAL:
                 on_progress(pending)
                 pending, last_report = 0, now
         if consumed < size:
@@ -484,46 +484,22 @@ def _worker_main(conn, class_num, mask_thres, position, log_path):
             conn.send(('done', summary))
 
 
-class _Progress(object):
-    """'files done/total, records, records/s' on stderr, redrawn at most every 0.2 s."""
+class _Progress(_progress.ProgressLine):
+    """'files done/total, records, records/s'."""
 
     def __init__(self, total_files, enabled, stream=None):
+        super(_Progress, self).__init__(enabled, stream)
         self.total = total_files
-        self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
         self.files = self.records = 0
-        self.start = time.monotonic()
-        self._last = 0.0
-        self._width = 0
 
     def add(self, records=0, files=0):
         self.records += records
         self.files += files
-        now = time.monotonic()
-        if now - self._last >= PROGRESS_INTERVAL:
-            self._last = now
-            self._draw()
+        self.tick()
 
-    def finish(self):
-        self._draw(end='\n')
-
-    def _draw(self, end=''):
-        if not self.enabled:
-            return
-        rate = self.records / max(time.monotonic() - self.start, 1e-9)
-        text = '%d/%d files, %d records, %.1f records/s' % (
-            self.files, self.total, self.records, rate)
-        padding = ' ' * max(0, self._width - len(text))
-        self._width = len(text)
-        self.stream.write('\r' + text + padding + end)
-        self.stream.flush()
-
-
-def _default_workers():
-    try:
-        return len(os.sched_getaffinity(0))  # honours CPU pinning in containers
-    except AttributeError:
-        return os.cpu_count() or 1
+    def text(self):
+        return '%d/%d files, %d records, %.1f records/s' % (
+            self.files, self.total, self.records, self.rate(self.records))
 
 
 def _crashed_file(path, exitcode, index, last_output):
@@ -631,7 +607,7 @@ def _run_workers(paths, class_num, mask_thres, workers, meter):
                 live.append(worker)
             multiprocessing.connection.wait(
                 [w.conn for w in live] + [w.process.sentinel for w in live],
-                timeout=PROGRESS_INTERVAL / 2)
+                timeout=_progress.PROGRESS_INTERVAL / 2)
             for worker in list(live):
                 dead = worker.dead()  # before reading: then every message it sent is read
                 for kind, payload in worker.messages():
@@ -686,7 +662,7 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7):
         raise ValueError('workers must be >= 1, got %d' % workers)
     start = time.monotonic()
     meter = _Progress(len(paths), progress)
-    workers = min(workers or _default_workers(), len(paths))
+    workers = min(workers or _progress.default_workers(), len(paths))
     if workers <= 1:
         per_file = []
         for path in paths:
@@ -896,7 +872,7 @@ def build_parser():
                         help='label length every record must have (11166 for ML-Images)')
     parser.add_argument('--workers', type=_positive_int, default=None, metavar='N',
                         help='parallel processes, one file per task (default: the '
-                             'number of CPUs, %d here)' % _default_workers())
+                             'number of CPUs, %d here)' % _progress.default_workers())
     parser.add_argument('--json', action='store_true',
                         help='print the whole summary as JSON on stdout (every bad record) '
                              'instead of the text report')

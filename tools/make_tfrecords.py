@@ -49,11 +49,16 @@ import time
 import numpy as np
 from PIL import Image
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:  # run as a script: python tools/make_tfrecords.py
+    sys.path.insert(0, _ROOT)
+
+from tools import progress as _progress  # noqa: E402
+
 PROG = 'make_tfrecords.py'
 SPLITS = ('train', 'val')
 SHARD_SUFFIX = '.tfrecords'
 TMP_MARKER = '.tmp-'
-PROGRESS_INTERVAL = 0.2  # seconds; keeps the progress line at <= 5 updates/s
 
 # Strict token grammar: int() and float() alone would also accept '1_0', 'nan', 'inf'.
 _INDEX_RE = re.compile(r'[+-]?\d+\Z')
@@ -339,7 +344,7 @@ def _write_shard(task, on_progress=None):
                     written += 1
                 pending_done += 1
                 now = time.monotonic()
-                if on_progress is not None and now - last_report >= PROGRESS_INTERVAL:
+                if on_progress is not None and now - last_report >= _progress.PROGRESS_INTERVAL:
                     on_progress(pending_done, pending_skipped)
                     pending_done = pending_skipped = 0
                     last_report = now
@@ -375,48 +380,27 @@ def _pool_write_shard(task):
     return _write_shard(task, lambda done, skipped: _worker_queue.put((done, skipped)))
 
 
-class _Progress(object):
-    """A carriage-return progress line on stderr, redrawn at most every 0.2 s."""
+class _Progress(_progress.ProgressLine):
+    """'images done/total, skipped, images/s'."""
 
     def __init__(self, total, enabled, stream=None):
+        super(_Progress, self).__init__(enabled, stream)
         self.total = total
-        self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
         self.done = 0
         self.skipped = 0
-        self.start = time.monotonic()
-        self._last_draw = 0.0
-        self._width = 0
 
     def add(self, done, skipped):
         self.done += done
         self.skipped += skipped
-        now = time.monotonic()
-        if now - self._last_draw >= PROGRESS_INTERVAL:
-            self._draw('\r')
-            self._last_draw = now
+        self.tick()
 
     def finish(self, done, skipped):
         self.done, self.skipped = done, skipped
-        self._draw('\r', end='\n')
+        super(_Progress, self).finish()
 
-    def _draw(self, prefix, end=''):
-        if not self.enabled:
-            return
-        elapsed = max(time.monotonic() - self.start, 1e-9)
-        text = '%d/%d images, %d skipped, %.1f images/s' % (
-            self.done, self.total, self.skipped, self.done / elapsed)
-        padding = ' ' * max(0, self._width - len(text))  # erase a longer previous line
-        self._width = len(text)
-        self.stream.write(prefix + text + padding + end)
-        self.stream.flush()
-
-
-def _default_workers():
-    try:
-        return len(os.sched_getaffinity(0))  # respects CPU pinning in containers
-    except AttributeError:
-        return os.cpu_count() or 1
+    def text(self):
+        return '%d/%d images, %d skipped, %.1f images/s' % (
+            self.done, self.total, self.skipped, self.rate(self.done))
 
 
 def _resolve_lists(lists):
@@ -554,7 +538,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
 
     start = time.monotonic()
     meter = _Progress(sum(t['count'] for t in tasks), progress and bool(tasks))
-    workers = min(workers or _default_workers(), len(tasks))
+    workers = min(workers or _progress.default_workers(), len(tasks))
     if workers <= 1:
         results = [_write_shard(task, meter.add) for task in tasks]
     else:
@@ -612,7 +596,7 @@ def _run_pool(tasks, workers, meter):
         pending = [pool.apply_async(_pool_write_shard, (task,)) for task in tasks]
         results = []
         while pending:
-            drain(PROGRESS_INTERVAL / 2)
+            drain(_progress.PROGRESS_INTERVAL / 2)
             still_running = []
             for async_result in pending:
                 if async_result.ready():
@@ -684,7 +668,8 @@ def build_parser():
                         help='deal the lines of a single list round-robin into K shards')
     parser.add_argument('--workers', type=int, default=None, metavar='N',
                         help='parallel worker processes, one shard each at a time '
-                             '(default: the number of CPUs, %d here)' % _default_workers())
+                             '(default: the number of CPUs, %d here)'
+                             % _progress.default_workers())
     parser.add_argument('--report', metavar='FILE',
                         help='where to list the skipped images '
                              '(default: <out_dir>/<split>_report.txt)')
