@@ -232,9 +232,7 @@ def resnet_model_fn(features, labels, mode, params):
     accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
     tf.summary.scalar('train_accuracy', accuracy[1])
 
-    train_op, hooks, scaffold = None, [], None
-    if params.get('legacy_counters'):
-        scaffold = tf.train.Scaffold(saver=legacy_saver(params.get('max_to_keep', 5)))
+    train_op, hooks = None, []
     if training:
         global_step = tf.train.get_or_create_global_step()
         lr = lr_schedule.learning_rate(
@@ -263,6 +261,10 @@ def resnet_model_fn(features, labels, mode, params):
             'diverged model, or one trained too briefly for its batch-norm moving averages)')
         eval_metrics = metrics.multilabel_metrics(labels, scores, params['mask_thres'])
         eval_metrics['cross_entropy'] = tf.metrics.mean(cross_entropy)
+    scaffold = None
+    if params.get('legacy_counters'):
+        # Built last: the saver must see every variable, the Momentum slots included.
+        scaffold = tf.train.Scaffold(saver=legacy_saver(params.get('max_to_keep', 5)))
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=hooks, scaffold=scaffold)
