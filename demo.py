@@ -28,7 +28,7 @@ SETTINGS = {
     # The weighted loss sums over classes with positive weight 12, so its gradients are
     # far larger than a mean sigmoid loss's: a small learning rate. A short run needs fast
     # batch-norm averages for its evaluation.
-    'lr': 0.005, 'batch_norm_decay': 0.9, 'weight_decay': 1e-4, 'max_iter': 2000,
+    'lr': 0.005, 'batch_norm_decay': 0.9, 'weight_decay': 1e-4, 'max_iter': 1200,
     'log_interval': 10, 'snapshot': 500, 'shuffle_buffer': 1000, 'data_format': 'NHWC',
     'num_preprocess_threads': 0,
 }
