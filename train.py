@@ -274,9 +274,14 @@ def resnet_model_fn(features, labels, mode, params):
 LEGACY_COUNTER_NAMES = {'pos_count': 'Variable', 'neg_count': 'Variable_1'}
 
 
+def latest_checkpoint(model_dir):
+    """The newest checkpoint in model_dir; None without one (or without the directory)."""
+    return tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+
+
 def has_legacy_counters(model_dir):
     """True when the latest checkpoint in model_dir was written by the original program."""
-    path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    path = latest_checkpoint(model_dir)
     if not path:
         return False
     names = {name for name, _ in tf.train.list_variables(path)}
@@ -558,8 +563,7 @@ def train(f):
     if f.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', f.lr)
-    if tf.io.gfile.isdir(f.model_dir):
-        check_checkpoint_head(tf.train.latest_checkpoint(f.model_dir), f.class_num)
+    check_checkpoint_head(latest_checkpoint(f.model_dir), f.class_num)
     estimator = make_estimator(f, data_format)
     tracker = StepTracker()
     if estimator.params['legacy_counters']:
@@ -593,7 +597,7 @@ def train(f):
 
 def estimator_step(model_dir):
     """The global step of the latest checkpoint in model_dir, 0 without one."""
-    path = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    path = latest_checkpoint(model_dir)
     return int(tf.train.load_checkpoint(path).get_tensor('global_step')) if path else 0
 
 

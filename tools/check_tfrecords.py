@@ -826,24 +826,21 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, '%s: error: %s\n' % (PROG, message))
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError('not an integer: %r' % text) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError('must be > 0, got %d' % value)
-    return value
+def _int_at_least(minimum, bound):
+    """An argparse type: an integer >= minimum; `bound` words the limit in the error."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError('not an integer: %r' % text) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError('must be %s, got %d' % (bound, value))
+        return value
+    return parse
 
 
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError('not an integer: %r' % text) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError('must be >= 0, got %d' % value)
-    return value
+_positive_int = _int_at_least(1, '> 0')
+_non_negative_int = _int_at_least(0, '>= 0')
 
 
 def _threshold(text):
