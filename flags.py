@@ -72,6 +72,12 @@ _int(G, 'num_preprocess_threads', 4,
      'tf.data choose (AUTOTUNE).')
 _int(G, 'file_shuffle_buffer', 1500, 'Shuffle buffer of the shard file names (training).')
 _int(G, 'shuffle_buffer', 2048, 'Shuffle buffer of the records (training).')
+_float(G, 'object_cover', 0.7,
+       'Training crop: least share of the image the random crop window must cover '
+       '(min_object_covered of sample_distorted_bounding_box). Fine-tuning used 0.0.')
+_float(G, 'area_cover', 0.7,
+       'Training crop: least area of the crop window as a share of the image. '
+       'Fine-tuning used 0.05.')
 _bool(G, 'with_bbox', True,
       'The original switched to ImageNet records with boxes; records here carry no '
       'boxes.' + IGNORED)

@@ -76,12 +76,14 @@ def record_parser_fn(value, is_training, image_size, class_num, object_cover=0.7
 
 def input_fn(is_training, data_dir, batch_size, class_num, image_size,
              file_pattern='*tfrecords', worker_num=1, worker_id=0, file_shuffle_buffer=1500,
-             shuffle_buffer=2048, num_parallel_calls=4, files=None, skip_bad_records=False):
+             shuffle_buffer=2048, num_parallel_calls=4, files=None, skip_bad_records=False,
+             object_cover=0.7, area_cover=0.7):
     """Batches of (images, labels) from `<data_dir>/train` (is_training) or `<data_dir>/val`.
 
     Training reads this worker's share of the files (file_db) in shuffled order, interleaves
     them, shuffles the records and repeats forever; evaluation reads every file once, in
-    order. `files` overrides the listing (tools that read given shards).
+    order. `files` overrides the listing (tools that read given shards). object_cover and
+    area_cover are the training crop's (SPEC section 3).
     With skip_bad_records, records that fail to parse or decode are dropped and the features
     become {'image': images, 'skipped_records': bad records seen so far}.
     """
@@ -100,7 +102,8 @@ def input_fn(is_training, data_dir, batch_size, class_num, image_size,
                                      deterministic=False)
     else:
         dataset = dataset.flat_map(tf.data.TFRecordDataset)
-    parse = lambda value: record_parser_fn(value, is_training, image_size, class_num)
+    parse = lambda value: record_parser_fn(value, is_training, image_size, class_num,
+                                           object_cover, area_cover)
     if skip_bad_records:
         dataset = drop_bad_records(dataset, parse, image_size, class_num, parallel)
     else:
@@ -390,6 +393,12 @@ def validate_flags(f):
     if f.worker_num < 1 or not 0 <= f.worker_id < f.worker_num:
         raise UsageError('--worker_id=%d must be in [0, --worker_num=%d)'
                          % (f.worker_id, f.worker_num))
+    for name in ('object_cover', 'area_cover'):
+        if not 0.0 <= f[name].value <= 1.0:
+            raise UsageError('--%s must be in [0, 1], got %g' % (name, f[name].value))
+    if f.area_cover <= 0.0:
+        raise UsageError('--area_cover must be > 0 (the crop needs some area), got %g'
+                         % f.area_cover)
     if not 0.0 <= f.neg_select <= 1.0:
         raise UsageError('--neg_select must be in [0, 1], got %g' % f.neg_select)
     if f.num_gpus != 1:
@@ -607,7 +616,8 @@ def train_on(estimator, f, files, tracker, max_steps):
             True, f.data_dir, f.batch_size, f.class_num, f.image_size,
             file_pattern=f.file_pattern, file_shuffle_buffer=f.file_shuffle_buffer,
             shuffle_buffer=f.shuffle_buffer, num_parallel_calls=f.num_preprocess_threads,
-            files=files, skip_bad_records=f.skip_bad_records),
+            files=files, skip_bad_records=f.skip_bad_records,
+            object_cover=f.object_cover, area_cover=f.area_cover),
         max_steps=max_steps, hooks=[tracker])
 
 
