@@ -120,10 +120,15 @@ class ResNet(object):
 
     After a call, `model.features` holds the pooled feature vector [B, 2048] (512 for
     ResNet-18/34), the input of the logits layer.
+
+    frozen_stages > 0 freezes `init` and stages 0 .. frozen_stages - 1 (the original's
+    FixBlock2 is 2): their batch norm runs in inference mode and no gradient flows into
+    them. Leaving their variables out of the optimizer is the caller's part
+    (`frozen_variables`).
     """
 
     def __init__(self, resnet_size, class_num, data_format='channels_last',
-                 batch_norm_decay=0.997, batch_norm_epsilon=1e-5):
+                 batch_norm_decay=0.997, batch_norm_epsilon=1e-5, frozen_stages=0):
         if resnet_size not in _ARCHITECTURES:
             raise ValueError('resnet_size must be one of %s, got %r'
                              % (', '.join(map(str, SUPPORTED_SIZES)), resnet_size))
@@ -133,7 +138,18 @@ class ResNet(object):
         self.data_format = normalize_data_format(data_format)
         self.bn_decay = batch_norm_decay
         self.bn_epsilon = batch_norm_epsilon
+        if not 0 <= frozen_stages <= len(self.stages):
+            raise ValueError('frozen_stages must be in [0, %d], got %r'
+                             % (len(self.stages), frozen_stages))
+        self.frozen_stages = frozen_stages
         self.features = None
+
+    def frozen_scopes(self):
+        """Variable scopes of the frozen part: 'init' and 'stages_<i>_block_*'."""
+        if not self.frozen_stages:
+            return []
+        return ['init'] + ['stages_%d_block_%d' % (i, j) for i in range(self.frozen_stages)
+                           for j in range(self.stages[i])]
 
     def _bn_relu(self, x, name, training):
         x = batch_norm(x, name, training, self.data_format, self.bn_decay, self.bn_epsilon)
@@ -169,10 +185,16 @@ class ResNet(object):
         with tf.variable_scope('init'):
             x = self._conv(x, 'init_conv', 64, 7, 2)
         for i, num_blocks in enumerate(self.stages):
+            if i == self.frozen_stages and i > 0:
+                x = tf.stop_gradient(x)
+            # A frozen stage's batch norm uses (and keeps) its restored moving statistics.
+            stage_training = training and i >= self.frozen_stages
             for j in range(num_blocks):
                 with tf.variable_scope('stages_%d_block_%d' % (i, j)):
                     x = self._block(x, self.filters[i], _STAGE_STRIDES[i] if j == 0 else 1,
-                                    projection=(j == 0), training=training)
+                                    projection=(j == 0), training=stage_training)
+        if self.frozen_stages == len(self.stages):
+            x = tf.stop_gradient(x)
         with tf.variable_scope('global_pool'):
             x = self._bn_relu(x, 'bn', training)
             axes = [2, 3] if self.data_format == 'channels_first' else [1, 2]
@@ -180,3 +202,9 @@ class ResNet(object):
         self.features = tf.identity(x, name='features')
         with tf.variable_scope('logits'):
             return tf.layers.dense(self.features, units=self.class_num)
+
+
+def frozen_variables(variables, scopes):
+    """The variables that live under one of `scopes` (ResNet.frozen_scopes)."""
+    prefixes = tuple(scope + '/' for scope in scopes)
+    return [v for v in variables if v.op.name.startswith(prefixes)]
