@@ -1,0 +1,312 @@
+"""Inference end to end with a really trained model: train.py trains a ResNet-18 two steps
+and exports it (--export_dir); the SavedModel, loaded with the SavedModel loader, and
+tools/predict.py, tools/extract_features.py and train.py --mode=predict/export must give
+what Estimator.predict gives on the same Pillow-made JPEG and PNG files."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from PIL import Image
+
+import image_preprocess
+import serving
+import train
+from test_train import CLASSES, run_train, small_run_flags, write_dataset
+from tools import extract_features
+from tools import predict as predict_tool
+
+pytestmark = pytest.mark.slow
+
+IMAGE_SIZE = 32
+FEATURE_DIM = 512  # ResNet-18
+DICTIONARY = ('category_index\tcategory_id\tindex_of_parent_category\tcategory name\n'
+              '0\tn00002452\t-1\tthing\n1\tn00020827\t-1\tmatter\n'
+              '2\tn00002684\t-1\tobject, physical object\n3\tn11425580\t-1\tatmospheric '
+              'phenomenon\n4\tn05220461\t0\tbody part\n')
+NAMES = ['thing', 'matter', 'object, physical object', 'atmospheric phenomenon', 'body part']
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """(model_dir, export_dir): two training steps, then the SavedModel of the last one."""
+    root = str(tmp_path_factory.mktemp('serving'))
+    data = write_dataset(root)
+    model_dir, export_dir = os.path.join(root, 'model'), os.path.join(root, 'export')
+    # batch_norm_decay 0: moving statistics of the last batch, finite after two steps.
+    result = run_train(*small_run_flags(data, model_dir, 2), '--resnet_size=18',
+                       '--image_size=%d' % IMAGE_SIZE, '--batch_norm_decay=0', '--lr=1e-4',
+                       '--export_dir=' + export_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'exported %s as the SavedModel %s' % (os.path.join(model_dir, 'model.ckpt-2'),
+                                                 export_dir) in result.stderr
+    return model_dir, export_dir
+
+
+@pytest.fixture(scope='module')
+def images(tmp_path_factory):
+    """A directory of real images, an undecodable one in the middle (natural order) and a
+    text file a directory search skips; returns (directory, [(path, bytes)] of the good)."""
+    directory = tmp_path_factory.mktemp('images')
+    rng = np.random.default_rng(7)
+    made = [('1_rgb.jpg', 'RGB', (60, 50), 'JPEG'), ('2_rgb.png', 'RGB', (30, 30), 'PNG'),
+            ('4_gray.jpg', 'L', (41, 23), 'JPEG'), ('5_rgba.png', 'RGBA', (20, 35), 'PNG'),
+            ('10_tiny.jpg', 'RGB', (1, 1), 'JPEG')]
+    for name, mode, size, fmt in made:
+        channels = {'RGB': 3, 'L': 1, 'RGBA': 4}[mode]
+        pixels = rng.integers(0, 255, size=(size[1], size[0], channels)).astype(np.uint8)
+        image = Image.fromarray(pixels[..., 0] if channels == 1 else pixels)
+        assert image.mode == mode
+        image.save(str(directory / name), fmt)
+    (directory / '3_broken.jpg').write_bytes(b'\xff\xd8\xff this is no JPEG')
+    (directory / 'notes.txt').write_text('not an image')
+    good = [str(directory / name) for name in
+            ('1_rgb.jpg', '2_rgb.png', '4_gray.jpg', '5_rgba.png', '10_tiny.jpg')]
+    return str(directory), [(path, open(path, 'rb').read()) for path in good]
+
+
+@pytest.fixture(scope='module')
+def reference(trained, images):
+    """Estimator.predict of train.resnet_model_fn on the good images, in order."""
+    model_dir, _ = trained
+    encoded = [data for _, data in images[1]]
+
+    def input_fn():
+        dataset = tf.data.Dataset.from_tensor_slices(encoded)
+        dataset = dataset.map(lambda data: image_preprocess.preprocess_image(
+            image_preprocess.decode_image(data), IMAGE_SIZE, is_training=False))
+        # One batch, as the SavedModel is fed below: a convolution's float rounding can
+        # depend on the batch size (~1e-6 relative), the graph itself does not differ.
+        return dataset.batch(len(encoded))
+
+    params = {'resnet_size': 18, 'class_num': CLASSES, 'data_format': 'channels_last',
+              'batch_norm_decay': 0.0, 'batch_norm_epsilon': 1e-5}
+    estimator = tf.estimator.Estimator(train.resnet_model_fn, model_dir=model_dir,
+                                       params=params)
+    rows = list(estimator.predict(input_fn))
+    result = {key: np.stack([row[key] for row in rows])
+              for key in ('scores', 'probabilities', 'features')}
+    assert result['features'].shape == (len(encoded), FEATURE_DIM)
+    assert np.all(np.isfinite(result['scores']))
+    return result
+
+
+def test_saved_model_matches_estimator_predict(trained, images, reference):
+    _, export_dir = trained
+    encoded = [data for _, data in images[1]]
+    with tf.Graph().as_default() as graph, tf.Session() as session:
+        meta = tf.saved_model.loader.load(session, ['serve'], export_dir)
+        signature = meta.signature_def['serving_default']
+        assert set(signature.inputs) == {'images'}
+        assert set(signature.outputs) == set(serving.OUTPUT_KEYS)
+        assert signature.inputs['images'].dtype == tf.string.as_datatype_enum
+        fetches = {key: graph.get_tensor_by_name(info.name)
+                   for key, info in signature.outputs.items()}
+        feed = {graph.get_tensor_by_name(signature.inputs['images'].name): encoded}
+        served = session.run(fetches, feed)
+    for key in ('scores', 'probabilities', 'features'):
+        np.testing.assert_allclose(served[key], reference[key], rtol=0, atol=1e-5,
+                                   err_msg=key)
+        print('max |SavedModel - Estimator.predict| %s: %.3g'
+              % (key, np.max(np.abs(served[key] - reference[key]))))
+    k = min(5, CLASSES)
+    order = np.argsort(-reference['scores'], axis=1, kind='stable')[:, :k]
+    assert served['top_k_classes'].shape == (len(encoded), k)
+    np.testing.assert_array_equal(served['top_k_classes'], order)
+    np.testing.assert_allclose(served['top_k_scores'],
+                               np.take_along_axis(reference['scores'], order, 1), atol=1e-5)
+
+
+def run_tool(tool, capsys, *args):
+    status = tool.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err.strip().splitlines()
+
+
+def tsv_rows(text):
+    lines = text.splitlines()
+    return lines[0].split('\t'), [line.split('\t') for line in lines[1:]]
+
+
+def test_predict_tsv_with_ml_images_names_reports_the_broken_image_and_goes_on(
+        trained, images, reference, tmp_path, capsys):
+    model_dir, _ = trained
+    directory, good = images
+    dictionary = tmp_path / 'dictionary.txt'
+    dictionary.write_text(DICTIONARY)
+    status, out, err = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
+                                '--image_size', IMAGE_SIZE, '--class_dict', dictionary,
+                                '--top_k', 2, '--threshold', 0.5, '--batch_size', 2, directory)
+    assert status == 0, err
+    broken = os.path.join(directory, '3_broken.jpg')
+    assert len(err) == 2 and err[0].startswith(
+        'predict.py: skipped %s: cannot decode: ' % broken), err
+    assert err[1] == 'predict.py: 5 images classified, 1 skipped'
+    header, rows = tsv_rows(out)
+    assert header == ['image', 'rank', 'class', 'score', 'positive', 'name']
+    assert list(dict.fromkeys(row[0] for row in rows)) == [path for path, _ in good]
+    for i, (path, _) in enumerate(good):
+        scores = reference['scores'][i]
+        mine = [r for r in rows if r[0] == path]
+        expected = max(2, int(np.sum(scores >= 0.5)))
+        assert len(mine) == expected
+        order = np.argsort(-scores, kind='stable')
+        for rank, row in enumerate(mine, 1):
+            c = int(row[2])
+            assert int(row[1]) == rank and c == order[rank - 1]
+            assert abs(float(row[3]) - scores[c]) < 1e-5
+            assert row[4] == ('1' if scores[c] >= 0.5 else '0')
+            assert row[5] == NAMES[c]
+
+
+def test_predict_json_lines_single_label_and_name_per_line_from_a_saved_model(
+        trained, images, reference, tmp_path, capsys):
+    _, export_dir = trained
+    directory, good = images
+    names = tmp_path / 'names.txt'
+    names.write_text('\n'.join('class %d' % c for c in range(CLASSES)) + '\n')
+    listing = tmp_path / 'list.txt'
+    broken = os.path.join(directory, '3_broken.jpg')
+    lines = ['%s\t0:1 2:0.9' % good[0][0], broken + ' 1', good[1][0],
+             os.path.basename(good[2][0]), os.path.join(directory, 'missing.jpg')]
+    listing.write_text('\n'.join(lines) + '\n')
+    output = tmp_path / 'out.jsonl'
+    status, out, err = run_tool(predict_tool, capsys, '--saved_model', export_dir,
+                                '--single_label', '--top_k', 3, '--class_dict', names,
+                                '--format', 'jsonl', '--list', listing, '--output', output)
+    assert status == 0 and out == ''
+    assert len(err) == 4 and err[-1] == 'predict.py: 2 images classified, 3 skipped'
+    skipped = sorted(err[:3])
+    assert skipped[0].startswith('predict.py: skipped %s: cannot decode: ' % broken)
+    assert skipped[1].startswith('predict.py: skipped %s: cannot read: '
+                                 % os.path.join(directory, 'missing.jpg'))
+    # without --image_root, relative to the current directory: not found
+    assert skipped[2].startswith('predict.py: skipped 4_gray.jpg: cannot read: ')
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r['image'] for r in records] == [good[0][0], good[1][0]]
+    for i, record in enumerate(records):
+        probabilities = reference['probabilities'][i]
+        order = np.argsort(-probabilities, kind='stable')[:3]
+        assert [e['class'] for e in record['top_k']] == list(order)
+        assert [e['name'] for e in record['top_k']] == ['class %d' % c for c in order]
+        np.testing.assert_allclose([e['score'] for e in record['top_k']],
+                                   probabilities[order], atol=1e-5)
+        assert 'positives' not in record
+    # with --image_root the relative entry is found
+    status, out, err = run_tool(predict_tool, capsys, '--saved_model', export_dir,
+                                '--format', 'jsonl', '--list', listing, '--image_root',
+                                directory, '--threshold', 0.0)
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r['image'] for r in records] == [good[0][0], good[1][0], '4_gray.jpg']
+    assert all(len(r['positives']) == CLASSES for r in records)  # threshold 0: every class
+
+
+def test_threshold_one_lists_only_the_top_k(trained, images, reference, capsys):
+    model_dir, _ = trained
+    directory, good = images
+    status, out, _ = run_tool(predict_tool, capsys, '--checkpoint', model_dir, '--image_size',
+                              IMAGE_SIZE, '--top_k', 1, '--threshold', 1.0, good[3][0])
+    header, rows = tsv_rows(out)
+    assert status == 0 and header[-1] == 'positive' and len(rows) == 1
+    assert int(rows[0][2]) == int(np.argmax(reference['scores'][3]))
+
+
+def test_no_decodable_image_is_exit_status_1_and_no_output_file(trained, images, tmp_path,
+                                                                 capsys):
+    model_dir, _ = trained
+    directory, _ = images
+    output = tmp_path / 'out.tsv'
+    status, out, err = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
+                                '--image_size', IMAGE_SIZE, '--output', output,
+                                os.path.join(directory, '3_broken.jpg'))
+    assert status == 1 and err[-1] == 'predict.py: error: no image could be processed ' \
+                                      '(1 skipped)'
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_extract_features_rows_and_names_in_order(trained, images, reference, tmp_path,
+                                                  capsys):
+    model_dir, export_dir = trained
+    directory, good = images
+    scale = np.max(np.abs(reference['features']))
+    # The default batch of 32 runs the 5 good images as one batch, as the reference did:
+    # equal. Batches of 2: a convolution's float rounding depends on the batch size, so
+    # equal up to ~1e-6 of the features' scale.
+    for source, batch, tolerance in (
+            (['--checkpoint', os.path.join(model_dir, 'model.ckpt-2'), '--image_size',
+              IMAGE_SIZE], 32, 1e-5), (['--saved_model', export_dir], 2, 1e-5 * scale)):
+        output = tmp_path / 'features.npy'
+        status, _, err = run_tool(extract_features, capsys, *source, '--batch_size', batch,
+                                  directory, '-o', output)
+        assert status == 0, err
+        assert 'skipped %s' % os.path.join(directory, '3_broken.jpg') in err[0]
+        features = np.load(str(output))
+        assert features.shape == (len(good), FEATURE_DIM) and features.dtype == np.float32
+        np.testing.assert_allclose(features, reference['features'], rtol=0, atol=tolerance)
+        names = (tmp_path / 'features.txt').read_text().splitlines()
+        assert names == [path for path, _ in good]
+        assert sorted(os.listdir(str(tmp_path))) == ['features.npy', 'features.txt']
+
+
+def test_model_mismatches_are_one_line_and_exit_2(trained, images, tmp_path, capsys):
+    model_dir, export_dir = trained
+    _, good = images
+    dictionary = tmp_path / 'dictionary.txt'
+    dictionary.write_text('\n'.join(NAMES[:4]) + '\n')
+    output = tmp_path / 'out.tsv'
+    checkpoint = os.path.join(model_dir, 'model.ckpt-2')
+    cases = [
+        (['--checkpoint', model_dir, '--class_num', 7], '%s has %d classes, --class_num is 7'
+         % (checkpoint, CLASSES)),
+        (['--saved_model', export_dir, '--class_num', 7], '%s has %d classes, --class_num is '
+         '7' % (export_dir, CLASSES)),
+        (['--checkpoint', model_dir, '--resnet_size', 50], '%s is a ResNet-18, --resnet_size '
+         'is 50' % checkpoint),
+        (['--checkpoint', model_dir, '--class_dict', dictionary],
+         'class dictionary %s has 4 classes, the model has %d' % (dictionary, CLASSES)),
+    ]
+    for args, message in cases:
+        status, out, err = run_tool(predict_tool, capsys, *args, '--output', output,
+                                    good[0][0])
+        assert status == 2 and err == ['predict.py: error: ' + message], (args, err)
+        assert os.listdir(str(tmp_path)) == ['dictionary.txt']
+
+
+def test_export_mode_and_predict_mode_of_train_py(trained, images, reference, tmp_path,
+                                                  capsys):
+    model_dir, _ = trained
+    directory, good = images
+    common = ['--model_dir=' + model_dir, '--class_num=%d' % CLASSES, '--resnet_size=18',
+              '--image_size=%d' % IMAGE_SIZE]
+    export_dir = str(tmp_path / 'first')
+    result = run_train(*common, '--mode=export', '--export_dir=' + export_dir,
+                       '--checkpoint_path=' + os.path.join(model_dir, 'model.ckpt-2'))
+    assert result.returncode == 0, result.stderr[-2000:]
+    predictor = serving.load_predictor(saved_model=export_dir)
+    try:
+        served = predictor.run([data for _, data in good], ('scores', 'features'))
+    finally:
+        predictor.close()
+    for key in ('scores', 'features'):
+        np.testing.assert_allclose(served[key], reference[key], rtol=0, atol=1e-5)
+
+    bad = run_train(*common[:1], '--class_num=7', *common[2:], '--mode=export',
+                    '--export_dir=' + str(tmp_path / 'second'))
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == 'train.py: error: %s has %d classes, ' \
+        '--class_num is 7' % (os.path.join(model_dir, 'model.ckpt-2'), CLASSES)
+    assert not os.path.exists(str(tmp_path / 'second'))
+
+    listing = tmp_path / 'piclist.txt'
+    listing.write_text(''.join('%s\t0:1\n' % path for path in
+                               [good[0][0], os.path.join(directory, '3_broken.jpg'),
+                                good[1][0]]))
+    result = run_train(*common, '--mode=predict', '--piclist=%s' % listing, '--top_k=2',
+                       '--threshold=0.6')
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'train.py: skipped %s' % os.path.join(directory, '3_broken.jpg') in result.stderr
+    status, expected, _ = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
+                                   '--image_size', IMAGE_SIZE, '--top_k', 2, '--threshold',
+                                   0.6, '--list', listing)
+    assert status == 0 and result.stdout == expected

@@ -1,0 +1,193 @@
+#!/usr/bin/env python
+"""Classify images with a trained model: per image the top-k classes with their scores and
+names, and (multi-label, the default) every class whose sigmoid score reaches --threshold.
+
+    python tools/predict.py --checkpoint out/checkpoint --class_dict dictionary.txt photos/
+    python tools/predict.py --saved_model export/ --list images.txt --format jsonl -o out.jsonl
+
+The model is a checkpoint of train.py (a model directory or a checkpoint path; architecture
+and class count are read from it, --image_size says the input size) or a SavedModel written
+by `train.py --export_dir`. Images: file paths, directories (their .jpg/.jpeg/.png/.gif/.bmp
+files, recursively) and --list files. The inference code is serving.py's, shared with
+train.py --mode predict; this file only parses the command line (extract_features.py
+reuses its options).
+"""
+import argparse
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+PROG = 'predict.py'
+DEFAULT_IMAGE_SIZE = 224
+EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images that cannot '
+               'be read or decoded are reported on stderr, one line each, and skipped); 1 '
+               'when no image could be processed; 2 on bad usage or input (no checkpoint, a '
+               'model that does not match --class_num/--resnet_size, a bad class dictionary '
+               'or list file); then nothing is written.')
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, '%s: error: %s (see --help)\n' % (self.prog, message))
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected a positive integer, got %r' % text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError('expected a positive integer, got %d' % value)
+    return value
+
+
+def unit_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected a number in [0, 1], got %r' % text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError('expected a number in [0, 1], got %g' % value)
+    return value
+
+
+def add_model_arguments(parser):
+    """The model (checkpoint or SavedModel) and how to run it; shared with extract_features."""
+    group = parser.add_argument_group('model')
+    source = group.add_mutually_exclusive_group(required=True)
+    source.add_argument('--checkpoint', metavar='PATH',
+                        help='a model directory of train.py (its latest checkpoint) or a '
+                             'checkpoint path such as out/checkpoint/model.ckpt-44000')
+    source.add_argument('--saved_model', metavar='DIR',
+                        help='a SavedModel written by train.py --export_dir')
+    group.add_argument('--image_size', type=positive_int, metavar='S',
+                       help='network input size of the checkpoint\'s model (default: %d); '
+                            'a SavedModel has its own' % DEFAULT_IMAGE_SIZE)
+    group.add_argument('--resnet_size', type=positive_int, metavar='N',
+                       help='check that the checkpoint holds a ResNet-N (it is read from '
+                            'the checkpoint anyway)')
+    group.add_argument('--class_num', type=positive_int, metavar='N',
+                       help='check that the model has N classes')
+    group.add_argument('--batch_size', type=positive_int, default=32, metavar='N',
+                       help='images per run of the model (default: 32)')
+
+
+def add_image_arguments(parser):
+    group = parser.add_argument_group('images')
+    group.add_argument('images', nargs='*', metavar='IMAGE',
+                       help='image files, or directories searched recursively for '
+                            '.jpg/.jpeg/.png/.gif/.bmp files (natural order)')
+    group.add_argument('--list', metavar='FILE',
+                       help='a list of images, one a line: the path is the text before the '
+                            'first tab, or the first field of a line without tabs, so the '
+                            'record builder\'s image lists (with labels) work as they are')
+    group.add_argument('--image_root', metavar='DIR',
+                       help='directory the relative paths of --list are relative to '
+                            '(default: the current directory)')
+
+
+def build_parser():
+    parser = OneLineParser(
+        prog=PROG, allow_abbrev=False,
+        description='Classify images with a model of train.py: per image the top-k classes '
+                    'with scores (and names from --class_dict), and in multi-label mode '
+                    'every class with sigmoid score >= --threshold. Output: TSV with a '
+                    'header, one row per image and listed class (image, rank, class, '
+                    'score, positive, name), or JSON lines, one object per image '
+                    '({"image", "top_k": [{"class", "score", "name"}], "positives": [...]}).',
+        epilog=EXIT_STATUS)
+    add_model_arguments(parser)
+    add_image_arguments(parser)
+    group = parser.add_argument_group('output')
+    group.add_argument('--class_dict', metavar='FILE',
+                       help='class names: the ML-Images dictionary (header "category_index '
+                            '...", then "index WordNet-id parent-index name" per class) or '
+                            'one name per line, line k naming class k')
+    group.add_argument('--top_k', type=positive_int, default=5, metavar='K',
+                       help='classes listed per image, best first (default: 5, at most the '
+                            'number of classes)')
+    group.add_argument('--threshold', type=unit_float, metavar='T',
+                       help='multi-label: also list every class with sigmoid score >= T, '
+                            'flagged positive (default: 0.5)')
+    group.add_argument('--single_label', action='store_true',
+                       help='score classes with the softmax probability (a single-label '
+                            'model, e.g. fine-tuned on ImageNet) and list only the top-k; '
+                            'default: multi-label sigmoid scores')
+    group.add_argument('--format', choices=('tsv', 'jsonl'), default='tsv',
+                       help='tsv (default) or jsonl (JSON lines)')
+    group.add_argument('-o', '--output', metavar='FILE',
+                       help='write here (under a temporary name, renamed when complete) '
+                            'instead of stdout')
+    return parser
+
+
+def error(message):
+    sys.stderr.write('%s: error: %s\n' % (PROG, ' '.join(str(message).split())))
+
+
+def check_model_arguments(parser, args):
+    if args.saved_model and (args.image_size or args.resnet_size):
+        parser.error('--image_size and --resnet_size go with --checkpoint; a SavedModel '
+                     'has them built in')
+
+
+def import_serving():
+    """serving.py and the errors it raises (imports TensorFlow, quietly)."""
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    import warnings
+    warnings.filterwarnings('ignore', message='.*is deprecated', category=UserWarning)
+    import tensorflow.compat.v1 as tf
+    tf.get_logger().setLevel('ERROR')
+    import file_db
+    import serving
+    return serving, (serving.UsageError, file_db.DataError)
+
+
+def load_model(serving, args, top_k=5):
+    """The serving.Predictor the model arguments name."""
+    return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
+                                  image_size=args.image_size or DEFAULT_IMAGE_SIZE,
+                                  resnet_size=args.resnet_size, class_num=args.class_num,
+                                  top_k=top_k)
+
+
+def main(argv=None):
+    """Command-line entry point; returns the exit status (0, 1 or 2)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_intermixed_args(argv)
+        check_model_arguments(parser, args)
+        if args.single_label and args.threshold is not None:
+            parser.error('--threshold is for multi-label scores, not --single_label')
+    except SystemExit as exc:  # --help, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    threshold = None if args.single_label else (
+        0.5 if args.threshold is None else args.threshold)
+    serving, bad_input = import_serving()
+    predictor = None
+    try:
+        images = serving.collect_images(args.images, args.list, args.image_root)
+        predictor = load_model(serving, args, args.top_k)
+        names = (serving.load_class_names(args.class_dict, predictor.class_num)
+                 if args.class_dict else None)
+        processed, skipped = serving.run_predict(
+            predictor, images, args.output, args.format, args.batch_size, args.top_k,
+            threshold, names, PROG)
+    except bad_input as e:
+        error(e)
+        return 2
+    finally:
+        if predictor is not None:
+            predictor.close()
+    if not processed:
+        error('no image could be processed (%d skipped)' % skipped)
+        return 1
+    sys.stderr.write('%s: %d images classified, %d skipped\n' % (PROG, processed, skipped))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
