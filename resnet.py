@@ -106,7 +106,8 @@ def conv2d_fixed_padding(inputs, name, filters, kernel_size, strides, data_forma
             kernel = tf.get_variable(
                 'kernel', [kernel_size, kernel_size, in_channels, filters], tf.float32,
                 initializer=tf.variance_scaling_initializer())
-        kernel = tf.convert_to_tensor(kernel)
+        # float32 variable; a bf16 model (train.py --dtype=bf16) reads it as bf16
+        kernel = tf.cast(tf.convert_to_tensor(kernel), inputs.dtype)
         if strides == 1 and data_format == 'channels_last':
             return _conv_same_fast_input_grad(inputs, kernel)
         fmt = 'NCHW' if data_format == 'channels_first' else 'NHWC'

@@ -130,3 +130,16 @@ def test_l2_regularization_skips_batch_norm():
             sess.run(tf.global_variables_initializer())
             got = sess.run(l2)
     np.testing.assert_allclose(got, 1e-4 * ((a ** 2).sum() + (b ** 2).sum()) / 2, rtol=1e-5)
+
+
+def test_softmax_cross_entropy_matches_numpy():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 3, (6, 5)).astype(np.float32)
+    labels = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 6)]
+    with tf.Graph().as_default(), tf.Session() as sess:
+        got = sess.run(loss_lib.softmax_cross_entropy(tf.constant(labels),
+                                                      tf.constant(logits)))
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    expected = -(labels * log_softmax).sum(axis=1).mean()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)

@@ -141,3 +141,26 @@ def test_fast_input_gradient_equals_autodiff(kernel_size, channels):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     for g, r in zip(got, want):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('frozen_stages', [0, 2, 4])
+def test_frozen_stages_get_no_gradient_and_inference_batch_norm(frozen_stages):
+    with tf.Graph().as_default():
+        model = resnet.ResNet(18, 3, frozen_stages=frozen_stages)
+        logits = model(tf.random.normal([2, 32, 32, 3]), training=True)
+        scopes = model.frozen_scopes()
+        frozen = resnet.frozen_variables(tf.trainable_variables(), scopes)
+        grads = dict(zip(tf.trainable_variables(),
+                         tf.gradients(tf.reduce_sum(logits), tf.trainable_variables())))
+        updates = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
+    expected_scopes = ['init'] + ['stages_%d_block_%d' % (i, j)
+                                  for i in range(frozen_stages) for j in range(2)]
+    assert scopes == (expected_scopes if frozen_stages else [])
+    assert all(grads[v] is None for v in frozen)
+    assert all(grads[v] is not None for v in grads if v not in frozen)
+    # moving-average updates only for batch norms that train
+    updated = {op.name.split('/')[0] for op in updates}
+    assert not updated & set(scopes)
+    # ResNet-18: the stem's kernel, then 3 + 2 per stage (projection in every first block)
+    kernels = [v for v in frozen if 'conv2d/kernel' in v.name]
+    assert len(kernels) == (1 + 5 * frozen_stages if frozen_stages else 0)
