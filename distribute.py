@@ -1,0 +1,385 @@
+"""Scale-out: several devices in one process and several processes in a TF_CONFIG cluster.
+
+Why this module exists: train.py trains on one device by default; everything that changes
+when a run is one task of a TensorFlow cluster, or spans several GPUs, is decided here from
+explicit arguments (only train.py reads the flags):
+
+* TF_CONFIG parsing (`task_from_tf_config`): the cluster, this task's type and index.
+* Cluster roles -> data sharding (`data_share`): which training workers exist, which of
+  them this task is (the chief counts as worker 0, `worker` i as i + 1 when a chief
+  exists), and how the shard files are split among them -- whole files, dealt round-robin
+  before any shuffle, or, when there are fewer files than workers, every file read by all
+  and the records dealt round-robin (`tf.data.Dataset.shard` after a deterministic
+  interleave).
+* Strategies (`train_distribute`): `--num_gpus N` -> MirroredStrategy over N devices of
+  this process; `--distribution collective` -> MultiWorkerMirroredStrategy (synchronous
+  all-reduce across the cluster's workers); `--distribution ps` -> no strategy object:
+  the Estimator's own between-graph replication with the variables on the `ps` tasks
+  (asynchronous), run through tf.estimator.train_and_evaluate.
+* `plan`: all of the above for this process (a `Plan`: mode, role, worker id, images a
+  step of this process and of the whole job, the name of its text log).
+* Replica context helpers used by loss.py's counters (`all_reduce_max`, `from_first_replica`)
+  so that the SPEC section 5 counters mean the same for a global batch whatever the number
+  of replicas, and by the model for the reported cross_entropy (`all_reduce_mean`).
+* Hooks: `ThroughputHook` (images/s of this worker and of the whole job) and, for the
+  asynchronous mode, `StopAtGlobalStepHook`.
+
+Batch size: `--batch_size` is per replica (per GPU, as in the original's launch scripts):
+one synchronous step consumes batch_size x num_gpus images, or batch_size x workers with
+collective (one device a worker).
+"""
+import json
+import os
+import time
+
+import tensorflow.compat.v1 as tf
+
+DISTRIBUTIONS = ('auto', 'none', 'ps', 'collective')
+# Task types that train (and so read training data), in the order of their worker ids.
+TRAINING_TASKS = ('chief', 'worker')
+
+
+class ConfigError(ValueError):
+    """A TF_CONFIG or flag combination that cannot work; its message is one line."""
+
+
+class Task(object):
+    """This process's place in a cluster: cluster {job: [addresses]}, type, index."""
+
+    def __init__(self, cluster, task_type, index):
+        self.cluster, self.type, self.index = cluster, task_type, index
+
+    @property
+    def name(self):
+        return '%s:%d' % (self.type, self.index)
+
+    @property
+    def trains(self):
+        return self.type in TRAINING_TASKS
+
+    @property
+    def worker_num(self):
+        """Number of training workers: the chief (if any) and every `worker` task."""
+        return sum(len(self.cluster.get(t, [])) for t in TRAINING_TASKS)
+
+    @property
+    def worker_id(self):
+        """chief -> 0; worker i -> i + 1 with a chief, i without."""
+        if self.type == 'chief':
+            return 0
+        return self.index + (1 if self.cluster.get('chief') else 0)
+
+
+def task_from_tf_config(text):
+    """Parses a TF_CONFIG value; None for an empty one. Raises ConfigError."""
+    if not text or not text.strip():
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise ConfigError('TF_CONFIG is not JSON (%s)' % e)
+    cluster = config.get('cluster') or {}
+    task = config.get('task') or {}
+    task_type, index = task.get('type'), task.get('index', 0)
+    if not cluster or not task_type:
+        raise ConfigError('TF_CONFIG needs "cluster" and "task": {"type", "index"}, got %s'
+                          % text.strip())
+    if not isinstance(index, int) or index < 0:
+        raise ConfigError('TF_CONFIG task index must be an integer >= 0, got %r' % (index,))
+    if task_type != 'evaluator' and index >= len(cluster.get(task_type, [])):
+        raise ConfigError('TF_CONFIG task %s:%d is not in the cluster %s'
+                          % (task_type, index, json.dumps(cluster)))
+    if len(cluster.get('chief', [])) > 1:
+        raise ConfigError('TF_CONFIG cluster has %d chiefs, at most 1 is allowed'
+                          % len(cluster['chief']))
+    return Task(cluster, task_type, index)
+
+
+def current_task(environ=None):
+    """The Task of the TF_CONFIG environment variable, None without one."""
+    return task_from_tf_config((os.environ if environ is None else environ).get('TF_CONFIG'))
+
+
+def resolve_distribution(distribution, task, num_gpus):
+    """--distribution with TF_CONFIG -> 'none', 'ps' or 'collective'; raises ConfigError.
+
+    auto: 'ps' when the cluster has ps tasks, 'collective' for a cluster without,
+    'none' without TF_CONFIG.
+    """
+    if distribution not in DISTRIBUTIONS:
+        raise ConfigError('--distribution must be one of %s, got %r'
+                          % (', '.join(DISTRIBUTIONS), distribution))
+    if distribution == 'auto':
+        if task is None:
+            distribution = 'none'
+        else:
+            distribution = 'ps' if task.cluster.get('ps') else 'collective'
+    if distribution == 'none':
+        if task is not None and task.worker_num > 1:
+            raise ConfigError('TF_CONFIG describes a cluster of %d workers but '
+                              '--distribution=none: use ps or collective (or unset TF_CONFIG)'
+                              % task.worker_num)
+        return 'none'
+    if task is None:
+        raise ConfigError('--distribution=%s needs a TF_CONFIG environment variable (see '
+                          'README, "Several workers")' % distribution)
+    if distribution == 'ps' and not task.cluster.get('ps'):
+        raise ConfigError('--distribution=ps needs ps tasks in TF_CONFIG\'s cluster')
+    if distribution == 'ps' and not task.cluster.get('chief'):
+        raise ConfigError('--distribution=ps needs a chief task in TF_CONFIG\'s cluster')
+    if distribution == 'collective' and task.cluster.get('ps'):
+        raise ConfigError('--distribution=collective: TF_CONFIG\'s cluster must not have ps '
+                          'tasks')
+    if distribution == 'collective' and task.type == 'ps':
+        raise ConfigError('--distribution=collective has no ps tasks')
+    if num_gpus != 1:
+        raise ConfigError('--num_gpus=%d with --distribution=%s is not implemented: a worker '
+                          'of a cluster trains on one device' % (num_gpus, distribution))
+    return distribution
+
+
+def check_num_gpus(num_gpus, gpu_count):
+    """--num_gpus must be >= 1 and not more than the GPUs visible; raises ConfigError."""
+    if num_gpus < 1:
+        raise ConfigError('--num_gpus must be >= 1, got %d' % num_gpus)
+    if num_gpus > 1 and gpu_count < num_gpus:
+        raise ConfigError('--num_gpus=%d but %d GPU%s visible (see --visiable_gpu: -1 makes '
+                          'every GPU visible)' % (num_gpus, gpu_count,
+                                                   ' is' if gpu_count == 1 else 's are'))
+
+
+class Plan(object):
+    """What this process does in the run, from the flags and TF_CONFIG.
+
+    distribution: 'none', 'ps' or 'collective'; task: the TF_CONFIG Task or None;
+    worker_num / worker_id: the training workers sharing the data and this one's index
+    (None for a ps task); replicas: devices this process trains on (num_gpus);
+    images_per_step: images one training step of this process consumes;
+    images_per_global_step: images the job consumes while global_step advances by one.
+    """
+
+    def __init__(self, distribution, task, worker_num, worker_id, replicas, batch_size):
+        self.distribution, self.task = distribution, task
+        self.worker_num, self.worker_id, self.replicas = worker_num, worker_id, replicas
+        self.images_per_step = batch_size * replicas
+        if distribution == 'collective':
+            # One synchronous step of every worker advances global_step once.
+            self.images_per_global_step = self.images_per_step * worker_num
+        else:
+            # ps: every worker's step advances it (asynchronous); none: one process.
+            self.images_per_global_step = self.images_per_step
+
+    @property
+    def trains(self):
+        return self.task is None or self.task.trains
+
+    @property
+    def role(self):
+        """'task chief:0 (worker 0 of 3)' or 'single process', for the log."""
+        if self.task is None:
+            return 'single process (worker %d of %d)' % (self.worker_id, self.worker_num)
+        if not self.trains:
+            return 'task %s of a %s cluster' % (self.task.name, self.distribution)
+        return 'task %s of a %s cluster (worker %d of %d)' % (
+            self.task.name, self.distribution, self.worker_id, self.worker_num)
+
+    @property
+    def log_name(self):
+        """The text log's file name: train.log, or train_<type>_<index>.log in a cluster."""
+        return 'train.log' if self.task is None else 'train_%s_%d.log' % (
+            self.task.type, self.task.index)
+
+
+def plan(distribution, num_gpus, worker_num, worker_id, batch_size, gpu_count,
+         environ=None):
+    """The Plan of this process; raises ConfigError.
+
+    With TF_CONFIG the worker count and index come from it (worker_num / worker_id must
+    then be left at 1 / 0); without, from worker_num / worker_id.
+    """
+    task = current_task(environ)
+    distribution = resolve_distribution(distribution, task, num_gpus)
+    check_num_gpus(num_gpus, gpu_count)
+    if task is not None:
+        if (worker_num, worker_id) != (1, 0):
+            raise ConfigError('--worker_num/--worker_id are taken from TF_CONFIG when it is '
+                              'set; leave them out (got %d/%d)' % (worker_num, worker_id))
+        if task.type not in TRAINING_TASKS + ('ps',):
+            raise ConfigError('TF_CONFIG task type %r is not supported (chief, worker, ps); '
+                              'evaluate with --mode=eval instead of an evaluator task'
+                              % task.type)
+        if task.trains:
+            worker_num, worker_id = task.worker_num, task.worker_id
+        else:
+            worker_num, worker_id = task.worker_num, None
+    elif worker_num < 1 or not 0 <= worker_id < worker_num:
+        raise ConfigError('--worker_id=%d must be in [0, --worker_num=%d)'
+                          % (worker_id, worker_num))
+    return Plan(distribution, task, worker_num, worker_id, num_gpus, batch_size)
+
+
+def data_share(files, worker_num, worker_id):
+    """How worker `worker_id` of `worker_num` splits the sorted shard `files`.
+
+    Returns (files to read, record_shard): with at least as many files as workers, files
+    worker_id, worker_id + worker_num, ... and record_shard None; with fewer, every file and
+    record_shard (worker_num, worker_id): the records are dealt round-robin instead.
+    Disjoint and complete either way.
+    """
+    if worker_num < 1 or not 0 <= worker_id < worker_num:
+        raise ConfigError('worker_id must be in [0, worker_num=%d), got %d'
+                          % (worker_num, worker_id))
+    if len(files) >= worker_num:
+        return list(files[worker_id::worker_num]), None
+    return list(files), (worker_num, worker_id)
+
+
+def mirrored_devices(num_gpus):
+    """The devices of --num_gpus: the first num_gpus GPUs (of those --visiable_gpu leaves
+    visible). Tests replace this with logical CPU devices."""
+    return ['/device:GPU:%d' % i for i in range(num_gpus)]
+
+
+def train_distribute(distribution, num_gpus, devices=None):
+    """The tf.distribute strategy for RunConfig(train_distribute=...), None for none / ps.
+
+    devices: MirroredStrategy's devices (default mirrored_devices(num_gpus)).
+    """
+    if distribution == 'collective':
+        return tf.distribute.experimental.MultiWorkerMirroredStrategy()
+    if num_gpus > 1 or devices:
+        return tf.distribute.MirroredStrategy(devices=devices or mirrored_devices(num_gpus))
+    return None
+
+
+def _replica_context():
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync <= 1:
+        return None
+    return context
+
+
+def _all_reduce(context, reduce_op, value):
+    """ReplicaContext.all_reduce without its gradient wrapper (which fails in graph mode
+    on values that depend on mirrored variables); the values reduced here need none."""
+    def merge(strategy, per_replica):
+        return strategy.reduce(reduce_op, per_replica, axis=None)
+    return tf.identity(context.merge_call(merge, args=(tf.stop_gradient(value),)))
+
+
+def all_reduce_max(value):
+    """Elementwise max of the 0/1 indicators `value` over the replicas of a synchronous
+    step (as is without a strategy)."""
+    context = _replica_context()
+    if context is None:
+        return value
+    # A SUM > 0 is the max of indicators, and every cross-device implementation has SUM.
+    return tf.cast(_all_reduce(context, tf.distribute.ReduceOp.SUM, value) > 0, value.dtype)
+
+
+def all_reduce_mean(value):
+    """Mean of `value` over the replicas of a synchronous step (as is without), for
+    logging: no gradient flows through it."""
+    context = _replica_context()
+    if context is None:
+        return value
+    return _all_reduce(context, tf.distribute.ReduceOp.MEAN, value)
+
+
+def from_first_replica(value):
+    """Replica 0's `value`, on every replica (as is without a strategy)."""
+    context = _replica_context()
+    if context is None:
+        return value
+    first = tf.cast(tf.equal(context.replica_id_in_sync_group, 0), value.dtype)
+    return _all_reduce(context, tf.distribute.ReduceOp.SUM, value * first)
+
+
+def synchronized_variable_args():
+    """get_variable arguments for state every replica updates identically: one copy per
+    device, written from the first replica, checkpointed once."""
+    return {'synchronization': tf.VariableSynchronization.ON_WRITE,
+            'aggregation': tf.VariableAggregation.ONLY_FIRST_REPLICA}
+
+
+class ThroughputHook(tf.train.SessionRunHook):
+    """Logs images/s of this worker and of the whole job, every `every_n` steps and in
+    total at the end: images / wall time since the session started.
+
+    This worker: its own steps x plan.images_per_step. The whole job: the global step's
+    advance x plan.images_per_global_step (in ps mode every worker's step advances it, in
+    collective mode one synchronous step of all workers does).
+    """
+
+    def __init__(self, plan, every_n):
+        self._plan = plan
+        self._every_n = max(1, every_n)
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self._start = self._last = time.time()
+        self._first_global = self._last_global = int(session.run(self._global_step))
+        self._steps = self._last_steps = 0
+        self._global = self._first_global
+
+    def before_run(self, run_context):
+        return tf.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        self._steps += 1
+        # The value read with the step; the step's own increment is counted at the next.
+        self._global = max(self._global, int(run_values.results) + 1)
+        if self._steps % self._every_n == 0:
+            now = time.time()
+            tf.logging.info('throughput %s: %s', self._plan.task.name if self._plan.task
+                            else 'worker', self._rates(now - self._last,
+                                                       self._steps - self._last_steps,
+                                                       self._global - self._last_global))
+            self._last, self._last_steps, self._last_global = now, self._steps, self._global
+
+    def end(self, session):
+        elapsed = time.time() - self._start
+        tf.logging.info('throughput %s, whole run: %s over %.1f s (%d steps of this worker, '
+                        'global step %d -> %d)', self._plan.task.name if self._plan.task
+                        else 'worker', self._rates(elapsed, self._steps,
+                                                   self._global - self._first_global),
+                        elapsed, self._steps, self._first_global, self._global)
+
+    def _rates(self, elapsed, steps, global_steps):
+        elapsed = max(elapsed, 1e-9)
+        return 'this worker %.1f images/s, whole job %.1f images/s' % (
+            steps * self._plan.images_per_step / elapsed,
+            global_steps * self._plan.images_per_global_step / elapsed)
+
+
+def describe_devices(plan, batch_size):
+    """One line on devices and batch sizes, for the log."""
+    line = '%d device%s, batch %d per replica, %d images a step of this process' % (
+        plan.replicas, '' if plan.replicas == 1 else 's (MirroredStrategy)', batch_size,
+        plan.images_per_step)
+    if plan.distribution == 'collective':
+        line += ', %d a synchronous step of the %d workers' % (plan.images_per_global_step,
+                                                                plan.worker_num)
+    elif plan.distribution == 'ps':
+        line += ' (asynchronous: each worker step advances the global step)'
+    return line
+
+
+class StopAtGlobalStepHook(tf.train.SessionRunHook):
+    """Asynchronous training (ps): after every step re-reads the global step, which the
+    other workers advance too, and stops once it reaches last_step. The Estimator's own
+    hook extrapolates from the step it fetched and so runs late when other workers step
+    in between; with this one a worker overshoots only with a step it started while
+    another worker's was in flight (at most workers - 1 steps past last_step in all)."""
+
+    def __init__(self, last_step):
+        self._last_step = last_step
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+
+    def after_run(self, run_context, run_values):
+        if run_context.session.run(self._global_step) >= self._last_step:
+            run_context.request_stop()

@@ -1,0 +1,342 @@
+"""distribute.py: TF_CONFIG roles and data sharding, the record-level split of input_fn,
+and --num_gpus: one device vs two replicas (two logical CPU devices) give the same loss
+counters and cross_entropy for the same global batch."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from PIL import Image
+
+import distribute
+import train
+from test_train import ENV, ROOT, run_train, scalar_tags
+
+
+def config(cluster, task_type, index):
+    return json.dumps({'cluster': cluster, 'task': {'type': task_type, 'index': index}})
+
+
+PS_CLUSTER = {'chief': ['h0:1'], 'worker': ['h1:1', 'h2:1'], 'ps': ['h3:1']}
+COLLECTIVE_CLUSTER = {'worker': ['h0:1', 'h1:1', 'h2:1']}
+
+
+def test_tf_config_roles_chief_is_worker_0():
+    roles = [(t, i) for t in ('chief', 'worker') for i in range(len(PS_CLUSTER[t]))]
+    tasks = [distribute.task_from_tf_config(config(PS_CLUSTER, t, i)) for t, i in roles]
+    assert [(t.worker_id, t.worker_num) for t in tasks] == [(0, 3), (1, 3), (2, 3)]
+    ps = distribute.task_from_tf_config(config(PS_CLUSTER, 'ps', 0))
+    assert not ps.trains and ps.name == 'ps:0'
+    # without a chief, worker 0 is the first
+    task = distribute.task_from_tf_config(config(COLLECTIVE_CLUSTER, 'worker', 2))
+    assert (task.worker_id, task.worker_num) == (2, 3)
+    assert distribute.task_from_tf_config('') is None
+    assert distribute.current_task({}) is None
+
+
+@pytest.mark.parametrize('text,fragment', [
+    ('{not json', 'not JSON'),
+    ('{"cluster": {"worker": ["a:1"]}}', 'needs "cluster" and "task"'),
+    (config({'worker': ['a:1']}, 'worker', 1), 'is not in the cluster'),
+    (config({'chief': ['a:1', 'b:1']}, 'chief', 0), '2 chiefs'),
+])
+def test_bad_tf_config(text, fragment):
+    with pytest.raises(distribute.ConfigError, match=fragment):
+        distribute.task_from_tf_config(text)
+
+
+def test_distribution_from_flags_and_tf_config():
+    ps_task = distribute.task_from_tf_config(config(PS_CLUSTER, 'worker', 0))
+    collective_task = distribute.task_from_tf_config(config(COLLECTIVE_CLUSTER, 'worker', 0))
+    assert distribute.resolve_distribution('auto', None, 1) == 'none'
+    assert distribute.resolve_distribution('auto', ps_task, 1) == 'ps'
+    assert distribute.resolve_distribution('auto', collective_task, 1) == 'collective'
+    assert distribute.resolve_distribution('none', None, 4) == 'none'
+    for args, fragment in [
+            (('ps', None, 1), 'needs a TF_CONFIG'),
+            (('collective', ps_task, 1), 'must not have ps'),
+            (('ps', collective_task, 1), 'needs ps tasks'),
+            (('none', ps_task, 1), 'cluster of 3 workers'),
+            (('ps', ps_task, 2), '--num_gpus=2 with --distribution=ps'),
+            (('mpi', None, 1), 'must be one of')]:
+        with pytest.raises(distribute.ConfigError, match=fragment):
+            distribute.resolve_distribution(*args)
+
+
+def test_plan_roles_and_images_per_step():
+    env = {'TF_CONFIG': config(PS_CLUSTER, 'worker', 1)}
+    plan = distribute.plan('auto', 1, 1, 0, 8, 0, env)
+    assert (plan.distribution, plan.worker_num, plan.worker_id) == ('ps', 3, 2)
+    assert plan.images_per_step == plan.images_per_global_step == 8
+    assert plan.log_name == 'train_worker_1.log'
+    env = {'TF_CONFIG': config(COLLECTIVE_CLUSTER, 'worker', 0)}
+    plan = distribute.plan('collective', 1, 1, 0, 8, 0, env)
+    assert (plan.images_per_step, plan.images_per_global_step) == (8, 24)
+    plan = distribute.plan('auto', 1, 4, 3, 8, 0, {})
+    assert (plan.distribution, plan.worker_num, plan.worker_id, plan.task) == ('none', 4, 3,
+                                                                             None)
+    assert plan.log_name == 'train.log'
+    plan = distribute.plan('none', 2, 1, 0, 8, 2, {})
+    assert (plan.replicas, plan.images_per_step, plan.images_per_global_step) == (2, 16, 16)
+    ps = distribute.plan('ps', 1, 1, 0, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'ps', 0)})
+    assert not ps.trains and ps.worker_id is None
+    for args, fragment in [
+            (('auto', 1, 2, 1, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'chief', 0)}),
+             'taken from TF_CONFIG'),
+            (('auto', 1, 1, 0, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'evaluator', 0)}),
+             'evaluator'),
+            (('none', 2, 1, 0, 8, 1, {}), '--num_gpus=2 but 1 GPU is visible'),
+            (('none', 0, 1, 0, 8, 0, {}), '--num_gpus must be >= 1'),
+            (('none', 1, 2, 2, 8, 0, {}), 'must be in')]:
+        with pytest.raises(distribute.ConfigError, match=fragment):
+            distribute.plan(*args)
+
+
+@pytest.mark.parametrize('files,workers', [(10, 3), (3, 3), (7, 1), (2, 3), (1, 4)])
+def test_data_share_is_disjoint_and_complete(files, workers):
+    names = ['%d.tfrecords' % i for i in range(files)]
+    shares = [distribute.data_share(names, workers, k) for k in range(workers)]
+    if files >= workers:
+        assert all(shard is None for _, shard in shares)
+        got = sorted(n for share, _ in shares for n in share)
+        assert got == sorted(names)  # every file once
+    else:
+        # every worker reads every file and takes records k, k + n, ...
+        assert [shard for _, shard in shares] == [(workers, k) for k in range(workers)]
+        assert all(share == names for share, _ in shares)
+
+
+def write_indexed_records(path, count, class_num):
+    """`count` records whose label is one-hot at the record's index (class_num > count)."""
+    import io
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buffer, format='JPEG')
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in range(count):
+            label = np.zeros(class_num, np.float32)
+            label[i] = 1.0
+            example = tf.train.Example(features=tf.train.Features(feature={
+                'image': tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[buffer.getvalue()])),
+                'label': tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[label.astype('<f4').tobytes()])),
+            }))
+            writer.write(example.SerializeToString())
+
+
+def test_fewer_files_than_workers_split_by_record(tmp_path):
+    """Two files of 5 records, 3 workers: each worker's records, one epoch, are its own
+    (record k, k + 3, ... of the interleave), and together they are all 10."""
+    files = []
+    for f in range(2):
+        path = str(tmp_path / ('%d.tfrecords' % f))
+        write_indexed_records(path, 5, 12)
+        files.append(path)
+    seen = []
+    for worker in range(3):
+        share, record_shard = distribute.data_share(files, 3, worker)
+        with tf.Graph().as_default():
+            dataset = train.input_fn(True, None, 1, 12, 8, files=share,
+                                     record_shard=record_shard, shuffle_buffer=4,
+                                     num_parallel_calls=1)
+            labels = tf.data.make_one_shot_iterator(dataset).get_next()[1]
+            with tf.Session() as sess:
+                # 10 records: workers 0 gets 4, the others 3 a pass; one pass each
+                count = 4 if worker == 0 else 3
+                rows = [sess.run(labels)[0] for _ in range(count)]
+        # the label's class is the record index in its file; tell the files apart by
+        # the interleave order: file f's record r is element 2r + f
+        seen.append(sorted(int(np.argmax(r)) for r in rows))
+    assert sorted(sum(seen, [])) == sorted(list(range(5)) * 2)
+    assert seen[0] == [0, 1, 3, 4]  # elements 0, 3, 6, 9: f0 r0, f1 r1, f0 r3, f1 r4
+
+
+@pytest.mark.slow
+def test_cluster_flag_errors_are_one_line(tmp_path):
+    result = run_train('--data_dir=' + str(tmp_path), '--distribution=ps',
+                       '--model_dir=' + str(tmp_path / 'm'))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        'train.py: error: --distribution=ps needs a TF_CONFIG environment variable (see '
+        'README, "Several workers")')
+    result = run_train('--data_dir=' + str(tmp_path), '--num_gpus=2',
+                       '--model_dir=' + str(tmp_path / 'm'))
+    assert result.returncode == 2
+    assert '--num_gpus=2 but 0 GPUs are visible' in result.stderr.strip().splitlines()[-1]
+    # a checkpoint of the original program continues on one device only
+    legacy = str(tmp_path / 'legacy')
+    with tf.Graph().as_default():
+        variables = [tf.Variable([0.0], name='Variable'), tf.Variable([0.0], name='Variable_1')]
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            tf.train.Saver(variables).save(sess, legacy + '/model.ckpt-1')
+    env = dict(ENV, TF_CONFIG=config({'chief': ['127.0.0.1:1'], 'ps': ['127.0.0.1:2']},
+                                     'chief', 0))
+    result = subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'),
+                             '--data_dir=' + str(tmp_path), '--model_dir=' + legacy],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        'holds a checkpoint of the original program (counters Variable, Variable_1): it '
+        'continues on one device only, not with --distribution=ps')
+
+
+# --------------------------------------------------------------------- 1 vs 2 replicas
+
+LOGICAL_CPUS = '''
+import sys
+import tensorflow.compat.v1 as tf
+tf.disable_v2_behavior()
+cpu = tf.config.list_physical_devices('CPU')[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, %r)
+import distribute
+distribute.mirrored_devices = lambda k: ['/device:CPU:%%d' %% i for i in range(k)]
+''' % ROOT
+
+LOSS_CHILD = LOGICAL_CPUS + '''
+import json
+import numpy as np
+import loss as loss_lib
+
+R, B, C, STEPS = 2, 3, 9, 6
+rng = np.random.default_rng(0)
+labels = (rng.random((STEPS, R * B, C)) < 0.12).astype(np.float32)
+labels[:, :, 0] = 1.0            # a class in every image
+labels[:, B:, 1] = (rng.random((STEPS, B)) < 0.8) * 0.9   # only in replica 1's half
+labels[:, 0, 2] = -1.0           # ignored
+logits = rng.normal(size=(STEPS, R * B, C)).astype(np.float32)
+
+
+def run(replicas):
+    with tf.Graph().as_default():
+        y = tf.placeholder(tf.float32, [R * B, C])
+        x = tf.placeholder(tf.float32, [R * B, C])
+
+        def step():
+            context = tf.distribute.get_replica_context()
+            if replicas == 1:
+                yy, xx = y, x
+            else:
+                k = context.replica_id_in_sync_group
+                yy, xx = tf.reshape(y, [R, B, C])[k], tf.reshape(x, [R, B, C])[k]
+            ce, t = loss_lib.multilabel_cross_entropy(yy, xx, 0.7, 0.3, 1234)
+            return (distribute.all_reduce_mean(ce), t['pos_count'], t['neg_count'],
+                    t['neg_select'], t['loss_coef'])
+
+        if replicas == 1:
+            fetch = [[v] for v in step()]
+        else:
+            strategy = distribute.train_distribute('none', replicas)
+            with strategy.scope():
+                out = strategy.extended.call_for_each_replica(step)
+                fetch = [list(strategy.experimental_local_results(v)) for v in out]
+        config = tf.ConfigProto(device_count={'CPU': 2})
+        results = []
+        with tf.Session(config=config) as sess:
+            sess.run(tf.global_variables_initializer())
+            for k in range(STEPS):
+                results.append([[a.tolist() for a in v] for v in
+                                sess.run(fetch, {y: labels[k], x: logits[k]})])
+            names = sorted(v.op.name for v in tf.global_variables())
+    return {'steps': results, 'variables': names}
+
+
+print(json.dumps({'one': run(1), 'two': run(2)}))
+'''
+
+
+def run_child(code, *args, timeout=600):
+    result = subprocess.run([sys.executable, '-c', code] + list(args), cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+@pytest.mark.slow
+def test_loss_counters_one_device_vs_two_replicas():
+    """The same global batch on 1 device and split over 2 replicas: pos_c from the whole
+    batch, one negative draw, identical counters and coefficients on both replicas, and
+    cross_entropy (mean over the replicas) equal to the single device's."""
+    out = json.loads(run_child(LOSS_CHILD).stdout.strip().splitlines()[-1])
+    one, two = out['one'], out['two']
+    assert one['variables'] == two['variables'] == ['neg_count', 'pos_count']
+    for step, (a, b) in enumerate(zip(one['steps'], two['steps'])):
+        ce1, pos1, neg1, sel1, coef1 = a
+        ce2, pos2, neg2, sel2, coef2 = b
+        assert abs(ce1[0] - ce2[0]) <= 1e-5 * max(1.0, abs(ce1[0])), step
+        assert ce2[0] == ce2[1]
+        for single, replicas in ((pos1, pos2), (neg1, neg2), (sel1, sel2)):
+            assert replicas[0] == replicas[1] == single[0], step
+        np.testing.assert_allclose(coef2[0], coef1[0], rtol=1e-6)
+        np.testing.assert_array_equal(coef2[0], coef2[1])
+    # class 1 is positive only in replica 1's images: counted from the global batch
+    assert two['steps'][-1][1][0][0] == 6
+    assert two['steps'][-1][1][0][1] > 0
+
+
+ESTIMATOR_CHILD = LOGICAL_CPUS + '''
+import os
+import numpy as np
+import flags as flags_lib
+import train
+
+out_dir = sys.argv[1]
+B, S, C, STEPS = 2, 64, 5, 3  # 32 px: batch norm on 1x1 maps amplifies rounding
+rng = np.random.default_rng(1)
+images = rng.uniform(-1, 1, (STEPS, B, S, S, 3)).astype(np.float32)
+labels = (rng.random((STEPS, B, C)) < 0.3).astype(np.float32)
+labels[..., 0] = 1.0
+F = flags_lib.FLAGS
+F(['train.py', '--class_num=%d' % C, '--resnet_size=18', '--image_size=%d' % S,
+   '--lr=0.01', '--log_interval=1', '--snapshot=100', '--max_iter=%d' % STEPS,
+   '--data_format=NHWC', '--visiable_gpu=-1'])
+for replicas in (1, 2):
+    if replicas == 1:   # one device: the batch [X; X]
+        x, y = np.concatenate([images, images], 1), np.concatenate([labels, labels], 1)
+    else:               # two replicas: X each (every element twice, one per replica)
+        x, y = np.repeat(images, 2, axis=0), np.repeat(labels, 2, axis=0)
+    F.num_gpus, F.batch_size = replicas, 2 * B // replicas
+    F.model_dir = '%s/%d' % (out_dir, replicas)
+    if replicas == 2:   # the same initial weights: the single device's step-0 checkpoint
+        import glob, shutil
+        os.makedirs(F.model_dir)
+        for path in glob.glob('%s/1/model.ckpt-0.*' % out_dir):
+            shutil.copy(path, F.model_dir)
+        tf.train.update_checkpoint_state(F.model_dir, F.model_dir + '/model.ckpt-0')
+    plan = distribute.plan('none', replicas, 1, 0, F.batch_size, replicas, {})
+    estimator = train.make_estimator(F, 'channels_last', None, plan)
+    estimator._session_config.device_count['CPU'] = 2
+    estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
+                    max_steps=STEPS)
+'''
+
+
+@pytest.mark.slow
+def test_estimator_one_device_vs_two_replicas(tmp_path):
+    """train.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
+    one device, for the same global batch. Each replica gets the same half (per-replica
+    batch norm then sees the whole batch's statistics), so the whole step must agree:
+    cross_entropy to 1e-5, counters exactly, weights to float rounding."""
+    run_child(ESTIMATOR_CHILD, str(tmp_path))
+    one, two = str(tmp_path / '1'), str(tmp_path / '2')
+    s1, s2 = scalar_tags(one), scalar_tags(two)
+    ce1, ce2 = dict(s1['cross_entropy']), dict(s2['cross_entropy'])
+    assert sorted(ce1) == sorted(ce2) == [1, 2, 3]
+    for step in ce1:
+        assert abs(ce1[step] - ce2[step]) <= 1e-5 * max(1.0, abs(ce1[step])), step
+    r1 = tf.train.load_checkpoint(tf.train.latest_checkpoint(one))
+    r2 = tf.train.load_checkpoint(tf.train.latest_checkpoint(two))
+    assert r1.get_variable_to_shape_map() == r2.get_variable_to_shape_map()
+    assert r2.get_tensor('global_step') == 3
+    for name in ('pos_count', 'neg_count'):
+        np.testing.assert_array_equal(r1.get_tensor(name), r2.get_tensor(name))
+    assert r2.get_tensor('pos_count')[0] == 3
+    # The same update: weights and momentum (the summed gradients) agree to rounding.
+    for name in ('logits/dense/kernel', 'init/init_conv/conv2d/kernel',
+                 'logits/dense/kernel/Momentum', 'init/init_conv/conv2d/kernel/Momentum'):
+        a, b = r1.get_tensor(name), r2.get_tensor(name)
+        assert np.linalg.norm(a - b) <= 1e-4 * np.linalg.norm(a), name

@@ -1,0 +1,268 @@
+"""tools/launch_local_cluster.py as a user runs it: whole clusters of train.py on loopback
+(ps and collective), a worker SIGKILLed mid-run and restarted, a failing task.
+
+Every process a test starts is killed by its PID at the end, pass or fail: the launcher,
+and every task whose `started <task>, pid N` line it printed.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from test_train import CLASSES, ENV, write_dataset
+from tools import launch_local_cluster as launcher
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STARTED = re.compile(r'started (\S+), pid (\d+)')
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory):
+    """4 training shards of 4 records (JPEG, 5 classes)."""
+    return write_dataset(str(tmp_path_factory.mktemp('cluster_ds')), train_lists=4,
+                         per_list=4)
+
+
+def tiny_flags(data, model_dir, max_iter, snapshot=100):
+    return ['--data_dir=' + data, '--model_dir=' + model_dir,
+            '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
+            '--resnet_size=18', '--image_size=32', '--batch_size=2', '--lr=0.01',
+            '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=%d' % snapshot,
+            '--shuffle_buffer=8', '--data_format=NHWC', '--num_preprocess_threads=1']
+
+
+class Launch(object):
+    """The launcher as a subprocess; its output lines are collected, the PIDs it started
+    remembered; on_line(launch, line) may act on each line (e.g. kill a task)."""
+
+    def __init__(self, args, on_line=None):
+        self.lines, self.pids = [], {}
+        self.process = subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, 'tools', 'launch_local_cluster.py')] + args,
+            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._on_line = on_line
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip('\n'))
+            match = STARTED.search(line)
+            if match and line.startswith(launcher.PROGRAM):
+                self.pids.setdefault(match.group(1), []).append(int(match.group(2)))
+            if self._on_line:
+                self._on_line(self, line)
+
+    def wait(self, timeout):
+        try:
+            self.process.wait(timeout)
+        finally:
+            self.kill_all()
+        self._reader.join(10)
+        return self.process.returncode
+
+    def kill_all(self):
+        """SIGKILL, by PID, the launcher and every task it started that is still alive."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for pids in self.pids.values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def task_lines(self, task):
+        prefix = '[%s] ' % task
+        return [l[len(prefix):] for l in self.lines if l.startswith(prefix)]
+
+    @property
+    def text(self):
+        return '\n'.join(self.lines)
+
+
+def files_read(lines):
+    """The shard names of the 'worker k/n reads m shard files: a, b' lines."""
+    found = []
+    for line in lines:
+        match = re.search(r'worker (\d+)/(\d+) reads \d+ shard files: (.*)$', line)
+        if match:
+            found.append((int(match.group(1)), match.group(3).split(', ')))
+    return found
+
+
+def checkpoint(model_dir):
+    path = tf.train.latest_checkpoint(model_dir)
+    assert path, model_dir
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def test_cluster_layout_and_tf_config():
+    cluster = launcher.make_cluster(3, 2, ports=[1, 2, 3, 4, 5])
+    assert cluster == {'chief': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2', '127.0.0.1:3'],
+                       'ps': ['127.0.0.1:4', '127.0.0.1:5']}
+    assert launcher.task_names(cluster) == [('chief', 0), ('worker', 0), ('worker', 1),
+                                            ('ps', 0), ('ps', 1)]
+    config = json.loads(launcher.tf_config(cluster, 'worker', 1))
+    assert config == {'cluster': cluster, 'task': {'type': 'worker', 'index': 1}}
+    assert launcher.make_cluster(1, 0, ports=[7]) == {'chief': ['127.0.0.1:7']}
+    ports = launcher.free_ports(4)
+    assert len(set(ports)) == 4 and all(p > 0 for p in ports)
+
+
+@pytest.mark.parametrize('args,fragment', [
+    (['--workers', '0'], '--workers must be >= 1'),
+    (['--ps', '0'], '--distribution=ps needs --ps >= 1'),
+    (['--', '--worker_id=1'], 'set by the launcher'),
+    (['--', '--distribution=none'], 'set by the launcher'),
+])
+def test_bad_usage_is_exit_status_2(args, fragment):
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'tools', 'launch_local_cluster.py')] + args,
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert fragment in result.stderr
+
+
+@pytest.mark.slow
+def test_a_task_that_fails_fails_the_launch(dataset, tmp_path):
+    flags = tiny_flags(dataset, str(tmp_path / 'model'), 4) + ['--resnet_size=42']
+    launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '240', '--'] + flags)
+    assert launch.wait(300) == 1, launch.text[-3000:]
+    assert 'train.py: error: --resnet_size=42' in launch.text
+    assert 'stopping every task' in launch.text
+
+
+@pytest.mark.slow
+def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
+    model_dir = str(tmp_path / 'model')
+    max_iter = 6
+    launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '400', '--']
+                    + tiny_flags(dataset, model_dir, max_iter))
+    assert launch.wait(500) == 0, launch.text[-4000:]
+    # The chief's final checkpoint; asynchronous workers may add one step in flight.
+    values = checkpoint(model_dir)
+    assert max_iter <= values['global_step'] <= max_iter + 1
+    assert values['pos_count'].shape == (CLASSES,)
+    # Each worker read only its own files (from the names it logged), together all.
+    chief = files_read(launch.task_lines('chief:0'))
+    worker = files_read(launch.task_lines('worker:0'))
+    assert chief == [(0, ['0.tfrecords', '2.tfrecords'])]
+    assert worker == [(1, ['1.tfrecords', '3.tfrecords'])]
+    # ... and the same in each task's own log file
+    with open(os.path.join(model_dir, 'log', 'train_worker_0.log')) as f:
+        assert files_read(f.read().splitlines()) == worker
+    assert [l for l in launch.task_lines('worker:0') if ' step ' in l and 'images/s' in l]
+    assert any('whole job' in l and 'whole run' in l for l in launch.task_lines('chief:0'))
+    assert re.search(r'ps:0 \(pid \d+\) killed by signal 15 \(stopped by the launcher\)',
+                     launch.text)
+    # Only the chief writes checkpoints and summaries, in model_dir.
+    assert not [name for name in os.listdir(model_dir) if name.startswith('tmp_worker')]
+
+
+def step_lines(launch, task):
+    return [l for l in launch.task_lines(task) if re.search(r'step \d+: ', l)]
+
+
+@pytest.mark.slow
+def test_collective_two_workers_survive_a_kill_and_end_with_identical_weights(dataset,
+                                                                               tmp_path):
+    """Synchronous training; the worker is SIGKILLed after its second step: the launcher
+    restarts both tasks with the same TF_CONFIG, they resume from the checkpoint and end
+    at max_iter with identical weights."""
+    model_dir = str(tmp_path / 'model')
+    max_iter = 6
+    killed = []
+
+    def kill_worker_after_its_second_step(launch, line):
+        if not killed and line.startswith('[worker:0]') and \
+                len(step_lines(launch, 'worker:0')) >= 2:
+            killed.append(launch.pids['worker:0'][-1])
+            os.kill(killed[-1], signal.SIGKILL)
+
+    launch = Launch(['--workers', '2', '--distribution', 'collective', '--timeout', '400',
+                     '--'] + tiny_flags(dataset, model_dir, max_iter),
+                    on_line=kill_worker_after_its_second_step)
+    assert launch.wait(500) == 0, launch.text[-4000:]
+    assert killed, launch.text[-4000:]
+    assert ('worker:0 killed by signal 9; restarting every training task with the same '
+            'TF_CONFIG') in launch.text
+    assert len(launch.pids['chief:0']) == len(launch.pids['worker:0']) == 2
+    chief = checkpoint(model_dir)
+    # TensorFlow has the non-chief worker save its own copy under tmp_worker_<index>.
+    worker = checkpoint(os.path.join(model_dir, 'tmp_worker_0'))
+    assert chief['global_step'] == worker['global_step'] == max_iter
+    assert set(chief) == set(worker)
+    for name in chief:
+        np.testing.assert_array_equal(chief[name], worker[name], err_msg=name)
+    assert files_read(launch.task_lines('chief:0')) == [(0, ['0.tfrecords', '2.tfrecords'])] * 2
+    assert files_read(launch.task_lines('worker:0')) == [(1, ['1.tfrecords', '3.tfrecords'])] * 2
+    assert any('4 a synchronous step of the 2 workers' in l
+               for l in launch.task_lines('chief:0'))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_is_restarted_and_the_job_finishes(dataset, tmp_path):
+    model_dir = str(tmp_path / 'model')
+    max_iter = 40
+    killed = []
+
+    def kill_worker_after_its_second_step(launch, line):
+        if not killed and line.startswith('[worker:0]') and \
+                len(step_lines(launch, 'worker:0')) >= 2:
+            killed.append(launch.pids['worker:0'][-1])
+            os.kill(killed[-1], signal.SIGKILL)
+
+    launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '400', '--']
+                    + tiny_flags(dataset, model_dir, max_iter, snapshot=10),
+                    on_line=kill_worker_after_its_second_step)
+    assert launch.wait(500) == 0, launch.text[-4000:]
+    assert killed and len(launch.pids['worker:0']) == 2, launch.text[-4000:]
+    assert 'worker:0 killed by signal 9; restarting it with the same TF_CONFIG' in launch.text
+    # The restarted worker came back as worker 1 of 2 with the same files, and finished.
+    assert files_read(launch.task_lines('worker:0')) == [
+        (1, ['1.tfrecords', '3.tfrecords'])] * 2
+    values = checkpoint(model_dir)
+    assert max_iter <= values['global_step'] <= max_iter + 1
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_task(dataset, tmp_path):
+    interrupted = []
+
+    def interrupt_once_all_started(launch, line):
+        if not interrupted and 'started ps:0' in line:
+            interrupted.append(True)
+            launch.process.send_signal(signal.SIGINT)
+
+    launch = Launch(['--workers', '2', '--ps', '1', '--'] +
+                    tiny_flags(dataset, str(tmp_path / 'model'), 1000),
+                    on_line=interrupt_once_all_started)
+    try:
+        launch.process.wait(120)
+        launch._reader.join(10)
+        # checked before kill_all (which kills any survivor by PID)
+        pids = [pid for task in ('chief:0', 'worker:0', 'ps:0') for pid in launch.pids[task]]
+        survivors = [pid for pid in pids if alive(pid)]
+    finally:
+        launch.kill_all()
+    assert launch.process.returncode == 130, launch.text[-3000:]
+    assert 'interrupted; stopping every task' in launch.text
+    assert len(pids) == 3 and not survivors

@@ -1,0 +1,261 @@
+"""Starts a whole TF_CONFIG training cluster of train.py as processes on this machine.
+
+    python tools/launch_local_cluster.py --workers 2 --ps 1 -- --data_dir=... --model_dir=...
+    python tools/launch_local_cluster.py --workers 2 --distribution collective -- ...
+
+Every task (chief, worker, ps) is `python train.py <the flags after -->
+--distribution=<ps|collective>` with its own TF_CONFIG, on 127.0.0.1 and free ports.
+--workers counts the training workers: the chief (worker 0, which writes the checkpoints and
+summaries) and --workers - 1 `worker` tasks. The tasks' output is streamed with a prefix
+`[chief:0]`, `[worker:0]`, `[ps:0]`; each task also writes <log_dir>/train_<type>_<index>.log.
+
+A ps task never exits by itself: when the chief and every worker have finished, the ps
+tasks are stopped (SIGTERM, then SIGKILL). A training task killed by a signal is restarted
+with the same TF_CONFIG and flags (up to --restarts times; it resumes from the chief's
+checkpoints: in ps mode it rejoins the running job, in collective mode -- where the other
+workers cannot go on without it -- every training task is restarted). Any other failure
+stops every task. Ctrl-C stops every task. Exit status 0 when the chief and every worker
+exited 0, 1 otherwise (2 on bad usage).
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAM = 'launch_local_cluster.py'
+
+
+def free_ports(count, host='127.0.0.1'):
+    """`count` distinct ports that were free a moment ago (bound to port 0, then closed)."""
+    sockets, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in sockets:
+            s.close()
+    return ports
+
+
+def make_cluster(workers, ps, host='127.0.0.1', ports=None):
+    """{'chief': [addr], 'worker': [...], 'ps': [...]} for `workers` training workers (the
+    chief included) and `ps` parameter servers."""
+    count = workers + ps
+    ports = list(ports) if ports is not None else free_ports(count, host)
+    addresses = ['%s:%d' % (host, p) for p in ports]
+    cluster = {'chief': addresses[:1]}
+    if workers > 1:
+        cluster['worker'] = addresses[1:workers]
+    if ps:
+        cluster['ps'] = addresses[workers:workers + ps]
+    return cluster
+
+
+def tf_config(cluster, task_type, index):
+    return json.dumps({'cluster': cluster, 'task': {'type': task_type, 'index': index}})
+
+
+def task_names(cluster):
+    """(type, index) of every task, training tasks first."""
+    return [(t, i) for t in ('chief', 'worker', 'ps') for i in range(len(cluster.get(t, [])))]
+
+
+class Task(object):
+    """One process of the cluster, started and restarted with the same TF_CONFIG."""
+
+    def __init__(self, task_type, index, command, env, out, lock):
+        self.type, self.index, self.command, self.env = task_type, index, command, env
+        self.name = '%s:%d' % (task_type, index)
+        self.process, self.restarts, self.returncode = None, 0, None
+        self._out, self._lock = out, lock
+        self._reader = None
+
+    @property
+    def trains(self):
+        return self.type != 'ps'
+
+    def start(self):
+        self.returncode = None
+        self.process = subprocess.Popen(
+            self.command, env=self.env, cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.say('started %s, pid %d' % (self.name, self.process.pid))
+        self._reader = threading.Thread(target=self._stream, args=(self.process,),
+                                        daemon=True)
+        self._reader.start()
+
+    def _stream(self, process):
+        for raw in iter(process.stdout.readline, b''):
+            line = raw.decode('utf-8', 'replace').rstrip('\n')
+            with self._lock:
+                self._out.write('[%s] %s\n' % (self.name, line))
+                self._out.flush()
+
+    def say(self, text):
+        with self._lock:
+            self._out.write('%s: %s\n' % (PROGRAM, text))
+            self._out.flush()
+
+    def poll(self):
+        if self.process is not None and self.returncode is None:
+            self.returncode = self.process.poll()
+        return self.returncode
+
+    def stop(self, grace=10.0):
+        """SIGTERM, then SIGKILL after `grace` seconds; by PID, this task's process only."""
+        if self.process is None or self.process.poll() is not None:
+            self.flush()
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.flush()
+
+    def flush(self):
+        if self._reader is not None:
+            self._reader.join(5)
+
+
+def describe_exit(code):
+    return 'killed by signal %d' % -code if code < 0 else 'exited with status %d' % code
+
+
+def run_cluster(tasks, distribution, restarts, timeout, say):
+    """Runs the tasks to the end; returns the exit status (0 = every training task ok)."""
+    start = time.time()
+    for task in tasks:
+        task.start()
+    trainers = [t for t in tasks if t.trains]
+    while True:
+        time.sleep(0.2)
+        if timeout and time.time() - start > timeout:
+            say('timeout: %d s passed; stopping every task' % timeout)
+            return 1
+        # A ps task that exits at all, or a training task that fails.
+        died = [t for t in tasks if t.poll() is not None and
+                (t.returncode != 0 or not t.trains)]
+        for task in died:
+            task.flush()
+            killed = task.returncode < 0
+            if not (task.trains and killed and task.restarts < restarts):
+                say('%s %s; stopping every task' % (task.name, describe_exit(task.returncode)))
+                return 1
+            task.restarts += 1
+            if distribution == 'collective':
+                # The others wait for it in their all-reduce: restart them all.
+                say('%s %s; restarting every training task with the same TF_CONFIG '
+                    '(restart %d of %d)' % (task.name, describe_exit(task.returncode),
+                                            task.restarts, restarts))
+                for other in trainers:
+                    other.stop(grace=5.0)
+                for other in trainers:
+                    other.start()
+            else:
+                say('%s %s; restarting it with the same TF_CONFIG (restart %d of %d)'
+                    % (task.name, describe_exit(task.returncode), task.restarts, restarts))
+                task.start()
+        if all(t.poll() == 0 for t in trainers):
+            say('the chief and every worker finished in %.1f s' % (time.time() - start))
+            return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if '--' in argv:
+        split = argv.index('--')
+        own, train_flags = argv[:split], argv[split + 1:]
+    else:
+        own, train_flags = argv, []
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM, description=__doc__.split('\n')[0],
+        usage='%(prog)s [options] -- <train.py flags>',
+        epilog='Everything after -- is passed to every task\'s train.py.')
+    parser.add_argument('--workers', type=int, default=2,
+                        help='training workers, the chief included (default 2: chief + 1 '
+                             'worker)')
+    parser.add_argument('--ps', type=int, default=1,
+                        help='parameter servers with --distribution=ps (default 1)')
+    parser.add_argument('--distribution', choices=('ps', 'collective'), default='ps',
+                        help='ps: asynchronous, variables on the ps tasks; collective: '
+                             'synchronous all-reduce, no ps (default ps)')
+    parser.add_argument('--restarts', type=int, default=3,
+                        help='how often a training task killed by a signal is restarted '
+                             'with the same TF_CONFIG (default 3; 0 = never)')
+    parser.add_argument('--timeout', type=float, default=0,
+                        help='stop every task and fail after this many seconds (0 = never)')
+    parser.add_argument('--host', default='127.0.0.1', help='address the tasks listen on')
+    parser.add_argument('--python', default=sys.executable,
+                        help='Python that runs train.py (default: this one)')
+    args = parser.parse_args(own)
+    if args.workers < 1:
+        parser.error('--workers must be >= 1, got %d' % args.workers)
+    if args.distribution == 'ps' and args.ps < 1:
+        parser.error('--distribution=ps needs --ps >= 1, got %d' % args.ps)
+    if args.restarts < 0:
+        parser.error('--restarts must be >= 0, got %d' % args.restarts)
+    if any(f.startswith(('--distribution', '--worker_num', '--worker_id'))
+           for f in train_flags):
+        parser.error('--distribution, --worker_num and --worker_id are set by the launcher '
+                     '(from its options and each task\'s TF_CONFIG); leave them out after --')
+
+    ps = args.ps if args.distribution == 'ps' else 0
+    cluster = make_cluster(args.workers, ps, args.host)
+    lock = threading.Lock()
+    out = sys.stdout
+    command = [args.python, os.path.join(ROOT, 'train.py')] + train_flags + [
+        '--distribution=' + args.distribution]
+    tasks = []
+    for task_type, index in task_names(cluster):
+        env = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, index))
+        tasks.append(Task(task_type, index, command, env, out, lock))
+
+    def say(text):
+        with lock:
+            out.write('%s: %s\n' % (PROGRAM, text))
+            out.flush()
+
+    say('cluster %s (%s); every task runs: %s' % (
+        json.dumps(cluster), args.distribution, ' '.join(command)))
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupted)
+    status = 1
+    try:
+        status = run_cluster(tasks, args.distribution, args.restarts, args.timeout, say)
+    except KeyboardInterrupt:
+        say('interrupted; stopping every task')
+        status = 130
+    finally:
+        # Training tasks first (a worker must not outlive its ps), then the ps tasks.
+        for task in tasks:
+            if task.trains:
+                task.stop(grace=5.0 if status else 30.0)
+        for task in tasks:
+            if not task.trains:
+                task.stop()
+        for task in tasks:
+            code = task.process.returncode if task.process else None
+            say('%s (pid %s) %s%s' % (
+                task.name, task.process.pid if task.process else '-',
+                'not started' if code is None else describe_exit(code),
+                ' (stopped by the launcher)' if not task.trains and code is not None and
+                code != 0 and status == 0 else ''))
+    say('exit status %d' % status)
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())
