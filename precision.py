@@ -1,0 +1,52 @@
+"""--dtype: what the model computes in; the variables always stay float32.
+
+fp32: everything float32.
+fp16: TensorFlow's automatic mixed precision (a graph rewrite of the training step to
+      float16 where it is safe) with dynamic loss scaling on the optimizer. The rewrite
+      runs only on a GPU: without one the graph stays float32, so the flag is harmless on
+      a CPU.
+bf16: the model is built in bfloat16 (the input cast, the variables read through a cast);
+      bfloat16 has float32's range, so no loss scaling. Logits come back as float32 for
+      the loss.
+"""
+import contextlib
+
+import tensorflow.compat.v1 as tf
+
+DTYPES = ('fp32', 'fp16', 'bf16')
+
+
+def _float32_variables(getter, name, shape=None, dtype=None, *args, **kwargs):
+    """Custom getter: a variable asked for in a 16-bit type is stored as float32 and read
+    through a cast, so checkpoints and optimizer slots stay float32."""
+    storage = tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
+    variable = getter(name, shape, storage, *args, **kwargs)
+    return tf.cast(variable, dtype) if storage != dtype else variable
+
+
+@contextlib.contextmanager
+def model_scope(dtype):
+    """Build the model inside this; for bf16 its variables are float32 read as bf16."""
+    if dtype != 'bf16':
+        yield
+        return
+    with tf.variable_scope(tf.get_variable_scope(), custom_getter=_float32_variables,
+                           auxiliary_name_scope=False):
+        yield
+
+
+def model_input(images, dtype):
+    """The network input in the dtype the model computes in."""
+    return tf.cast(images, tf.bfloat16) if dtype == 'bf16' else images
+
+
+def float32(tensor):
+    return tf.cast(tensor, tf.float32) if tensor.dtype != tf.float32 else tensor
+
+
+def wrap_optimizer(optimizer, dtype):
+    """fp16: mixed-precision graph rewrite plus dynamic loss scaling (a step whose
+    gradients overflow is skipped and the scale lowered)."""
+    if dtype == 'fp16':
+        return tf.mixed_precision.enable_mixed_precision_graph_rewrite(optimizer, 'dynamic')
+    return optimizer
