@@ -24,13 +24,17 @@ IMAGE_PIXELS = 64
 
 # Demo training settings; any of them given on the command line wins.
 SETTINGS = {
-    'class_num': len(CLASSES), 'resnet_size': 18, 'image_size': 48, 'batch_size': 8,
-    # The weighted loss sums over classes with positive weight 12, so its gradients are
-    # far larger than a mean sigmoid loss's: a small learning rate. A short run needs fast
-    # batch-norm averages for its evaluation.
-    'lr': 0.005, 'batch_norm_decay': 0.9, 'weight_decay': 1e-4, 'max_iter': 1200,
-    'log_interval': 10, 'snapshot': 500, 'shuffle_buffer': 1000, 'data_format': 'NHWC',
-    'num_preprocess_threads': 0,
+    'class_num': len(CLASSES), 'resnet_size': 18, 'image_size': 48, 'batch_size': 16,
+    # The weighted loss sums over classes with positive weight 12, so a logit's gradient is
+    # up to ~150x a mean sigmoid loss's: a small learning rate (measured over 1,200 steps:
+    # 0.005 -> val mAP ~0.46, 0.001 -> ~0.74). Batch 16 rather than 8 learned faster per
+    # step than the step cost grew. A short run needs fast batch-norm averages for its
+    # evaluation.
+    'lr': 0.001, 'batch_norm_decay': 0.9, 'weight_decay': 1e-4, 'max_iter': 1200,
+    # Summaries every step: the learning curve (and the first / last 10 % comparison
+    # below) then averages 120 steps at each end instead of 12 noisy single steps.
+    'log_interval': 50, 'summary_interval': 1, 'snapshot': 500, 'shuffle_buffer': 1000,
+    'data_format': 'NHWC', 'num_preprocess_threads': 0,
 }
 TRAIN_IMAGES, VAL_IMAGES = 2400, 400
 

@@ -51,9 +51,19 @@ G = 'Global'
 _string(G, 'mode', 'train',
         'train: train to --max_iter. eval: evaluate a checkpoint (--checkpoint_path, else '
         'the latest in --model_dir) on <data_dir>/val. train_and_eval: train, evaluating '
-        'every --test_interval steps on --test_iter batches of val.')
-_string(G, 'checkpoint_path', '', '--mode=eval: the checkpoint to evaluate (default: the '
-        'latest in --model_dir).')
+        'every --test_interval steps on --test_iter batches of val. predict: classify the '
+        'images of --piclist with a checkpoint, TSV on stdout (tools/predict.py has more '
+        'options). export: write a checkpoint as a SavedModel to --export_dir.')
+_string(G, 'checkpoint_path', '', '--mode=eval, predict or export: the checkpoint to use '
+        '(default: the latest in --model_dir).')
+_string(G, 'export_dir', '',
+        'Write a SavedModel here: with --mode=export from --checkpoint_path (else the latest '
+        'in --model_dir), with --mode=train or train_and_eval from the last checkpoint after '
+        'training. Signature serving_default: input images (a batch of encoded JPEG/PNG '
+        'strings), outputs scores (sigmoid), probabilities (softmax), top_k_classes, '
+        'top_k_scores and features; evaluation preprocessing, NHWC. An earlier SavedModel '
+        'there is replaced (only when the new one is complete); another non-empty directory '
+        'is an error.')
 _int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
 _bool(G, 'demo', False,
       'Build a small synthetic multi-label dataset of JPEG files under --demo_dir, make its '
@@ -66,7 +76,10 @@ _string(G, 'data_dir', './data/train/',
         'Directory holding the shard folders train/ and val/ (see --file_pattern).')
 _string(G, 'file_pattern', '*tfrecords',
         'Glob pattern of the shard files inside <data_dir>/train and <data_dir>/val.')
-_int(G, 'batch_size', 512, 'Images per training step.')
+_int(G, 'batch_size', 512, 'Images per training step of one replica (per GPU, as in the '
+     'original\'s launch scripts): a step with --num_gpus=N trains on N x batch_size '
+     'images, a synchronous step of K workers (--distribution=collective) on '
+     'K x batch_size.')
 _int(G, 'num_preprocess_threads', 4,
      'Records parsed and preprocessed in parallel (tf.data map parallelism); 0 = let '
      'tf.data choose (AUTOTUNE).')
@@ -108,9 +121,20 @@ _float(G, 'neg_select', 0.3,
 _float(G, 'drop_rate', 0.5, 'Dropout rate; the model has no dropout.' + IGNORED)
 
 G = 'Training'
-_bool(G, 'restore', False, 'Restore from --pretrain_ckpt; fine-tuning is not implemented '
-      'yet, so this must stay false.')
-_int(G, 'num_gpus', 1, 'GPUs to train on; only 1 is implemented.')
+_bool(G, 'restore', False, 'The original fine-tuning script\'s switch to restore '
+      '--pretrain_ckpt; here --pretrain_ckpt alone does it, and --restore without it is an '
+      'error.')
+_int(G, 'num_gpus', 1, 'GPUs to train on in this process: N > 1 = synchronous '
+     'MirroredStrategy over GPUs --visiable_gpu ... --visiable_gpu + N - 1, --batch_size '
+     'images each; the loss counters are computed from the whole step\'s batch. Not '
+     'combined with --distribution=ps or collective (one device a worker there).')
+_string(G, 'distribution', 'auto',
+        'How the tasks of a TF_CONFIG cluster train together. ps: asynchronous, variables '
+        'on the ps tasks (cluster: chief, worker, ps). collective: synchronous all-reduce '
+        '(MultiWorkerMirroredStrategy; cluster: chief and/or worker). none: one process. '
+        'auto: ps when TF_CONFIG has ps tasks, collective when it has none, none without '
+        'TF_CONFIG. The data is split among the chief (worker 0) and the workers; '
+        'tools/launch_local_cluster.py starts a cluster on one machine.')
 _string(G, 'optimizer', 'mom', 'Optimizer; only "mom" (momentum SGD) exists.')
 _float(G, 'opt_momentum', 0.9, 'Momentum of the optimizer.')
 _float(G, 'lr', 0.1, 'Learning rate after the warm-up.')
@@ -127,15 +151,25 @@ _float(G, 'lr_warmup_decay_factor', 1.414, 'Factor per warm-up stair (> 1: growt
 _int(G, 'max_iter', 1000000, 'Train until the global step reaches this (a resumed run '
      'stops at the same step); -1 = forever.')
 _int(G, 'random_seed', 1234, 'Op seed of the per-step negative-class selection.')
-_string(G, 'pretrain_ckpt', '', 'Checkpoint to fine-tune from; not implemented yet, must '
-        'stay empty.')
-_bool(G, 'FixBlock2', False, 'Freeze the first two stages when fine-tuning; not '
-      'implemented yet, must stay false.')
+_string(G, 'pretrain_ckpt', '',
+        'Fine-tune: initialise every model variable but the head (logits/*), batch-norm '
+        'moving statistics included, from this checkpoint (a prefix, or a directory = its '
+        'latest); the head may have another class count. Step, momentum and loss counters '
+        'start afresh. Used only while --model_dir holds no checkpoint (a restart resumes).')
+_bool(G, 'FixBlock2', False, 'Freeze init and stages 0-1: not trained, their batch norm '
+      'in inference mode (the original fine-tuning option).')
+_string(G, 'label_type', 'multi',
+        'multi: records carry class_num float32 labels, SPEC loss (weighted sigmoid '
+        'cross-entropy). single: records carry an int64 class index in "label" (the '
+        'original\'s ImageNet fine-tuning), softmax cross-entropy.')
 _int(G, 'epoch_iter', 0, 'Steps per epoch.' + IGNORED)
 
 G = 'Logging and checkpoints'
 _int(G, 'log_interval', 100, 'Every this many steps: print learning_rate, cross_entropy, '
-     'train_accuracy, images/s and ETA, and write TensorBoard summaries.')
+     'train_accuracy, images/s and ETA (and write TensorBoard summaries, unless '
+     '--summary_interval says otherwise).')
+_int(G, 'summary_interval', 0, 'Write TensorBoard summaries every this many steps; 0 = '
+     'every --log_interval steps.')
 _string(G, 'log_dir', './out/log/', 'Directory of the text log file train.log (TensorBoard '
         'events go to --model_dir).')
 _string(G, 'model_dir', './out/checkpoint/', 'Checkpoints and TensorBoard events.')
@@ -144,14 +178,49 @@ _string(G, 'tmp_model_dir', './out/tmp/checkpoint/', 'Temporary model directory.
 _int(G, 'prof_interval', 10, 'Timing report interval; timing is printed every '
      '--log_interval steps instead.' + IGNORED)
 
+G = 'Performance'
+_string(G, 'augment_on', 'auto',
+        'Where the training augmentation after the crop runs (flip, rotation, colour; the '
+        'distribution is SPEC section 3\'s either way). cpu: per image in the input '
+        'pipeline. device: batched inside the model on the training device; the pipeline '
+        'only decodes the crop window and resizes, and ships uint8 batches (4x smaller). '
+        'auto: device when a GPU is visible, else cpu.')
+_int(G, 'private_threads', 0,
+     'Give the input pipeline its own thread pool of this many threads (0 = share '
+     'TensorFlow\'s).')
+_string(G, 'dtype', 'fp32',
+        'What the model computes in; variables stay float32. fp32. fp16: automatic mixed '
+        'precision (graph rewrite) with dynamic loss scaling -- TensorFlow applies the '
+        'rewrite only on a GPU, without one the graph stays fp32. bf16: the model in '
+        'bfloat16, no loss scaling (slow on CPUs without bf16 instructions).')
+_bool(G, 'xla', False,
+      'XLA global JIT compilation of the training graph. On a GPU it just works; on a CPU '
+      'TensorFlow also needs the environment variable TF_XLA_FLAGS=--tf_xla_cpu_global_jit, '
+      'or the flag does nothing.')
+_bool(G, 'use_synthetic_data', False,
+      'Train on one random batch (images and labels), made once and repeated, reading no '
+      'file: the speed of the model alone (tools/benchmark.py compares it with real input). '
+      '--data_dir is not read.')
+
 G = 'Devices'
 _int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the original\'s '
-     'spelling); -1 = leave all GPUs visible.')
+     'spelling; with --num_gpus=N GPUs visiable_gpu ... visiable_gpu + N - 1); -1 = leave '
+     'all GPUs visible.')
 
 G = 'Evaluation'
 _int(G, 'test_interval', 0, '--mode=train_and_eval: steps between evaluations (> 0).')
 _int(G, 'test_iter', 0, 'Batches of --batch_size per evaluation; 0 = the whole val split.')
-_string(G, 'piclist', '', 'Image list to classify.' + IGNORED)
+_string(G, 'piclist', '', '--mode=predict: the images to classify: a list file (one image '
+        'a line; the path is the text before the first tab or the first field, relative to '
+        'the current directory, so image lists with labels work) or a directory (its image '
+        'files, recursively).')
+_int(G, 'top_k', 5, '--mode=predict: classes listed per image; the SavedModel of '
+     '--export_dir outputs the top min(top_k, class_num).')
+_float(G, 'threshold', 0.5, '--mode=predict: also list every class with sigmoid score >= '
+       'this (flagged positive).')
+_string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images dictionary (a '
+        'category_index header, then index, category id, parent index and name per class) '
+        'or one name per line.')
 _int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
 _int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)
 

@@ -7,12 +7,28 @@ rotation (|angle| <= 45 deg) and colour ordering 0 for thread_id 0, colour order
 thread_id 1, none for 2.
 Evaluation: the central 80 % of the image, resized.
 Both end in [-1, 1] with shape [size, size, 3]. Functions take explicit arguments.
+
+What the input pipeline runs (preprocess_encoded), cheapest first: the crop window is
+drawn from the image's shape, the window is cut from the uint8 pixels (only the window
+decoded when it may be small, see WINDOW_DECODE_BELOW) and resized on them; the float
+conversion comes after the resize. Then either the rest of SPEC section 3 per image
+(augment_image, on the CPU), or uint8 batches go to the model, which finishes them
+batched on the training device (network_input -> augment_batch: the same distribution,
+every image drawing its own parameters). preprocess_image / distort_image are SPEC's
+float-first order, kept as the reference the tests compare with.
 """
 import math
 
 import tensorflow.compat.v1 as tf
 
 MAX_ROTATION = 45.0 * math.pi / 180.0
+ASPECT_RATIO_RANGE = (0.75, 1.33)
+MAX_ATTEMPTS = 100
+BRIGHTNESS_DELTA = 32. / 255.
+SATURATION_RANGE = (0.5, 1.5)
+HUE_DELTA = 0.2
+CONTRAST_RANGE = (0.5, 1.5)
+CENTRAL_FRACTION = 0.8
 
 
 def decode_image(encoded, channels=3):
@@ -36,7 +52,8 @@ def rotation_transform(angle, height, width):
     x_offset = (w - (cos * w - sin * h)) / 2.0
     y_offset = (h - (sin * w + cos * h)) / 2.0
     zero = tf.zeros_like(angle)
-    return tf.stack([cos, -sin, x_offset, sin, cos, y_offset, zero, zero])
+    # angle [] -> [8]; angles [B] -> [B, 8]
+    return tf.stack([cos, -sin, x_offset, sin, cos, y_offset, zero, zero], axis=-1)
 
 
 def rotate_image(image, angle):
@@ -52,51 +69,131 @@ def rotate_image(image, angle):
 
 def color_ordering_0(image):
     """Brightness, saturation, hue, contrast."""
-    image = tf.image.random_brightness(image, max_delta=32. / 255.)
-    image = tf.image.random_saturation(image, lower=0.5, upper=1.5)
-    image = tf.image.random_hue(image, max_delta=0.2)
-    return tf.image.random_contrast(image, lower=0.5, upper=1.5)
+    image = tf.image.random_brightness(image, max_delta=BRIGHTNESS_DELTA)
+    image = tf.image.random_saturation(image, *SATURATION_RANGE)
+    image = tf.image.random_hue(image, max_delta=HUE_DELTA)
+    return tf.image.random_contrast(image, *CONTRAST_RANGE)
 
 
 def color_ordering_1(image):
     """Brightness, contrast, saturation, hue."""
-    image = tf.image.random_brightness(image, max_delta=32. / 255.)
-    image = tf.image.random_contrast(image, lower=0.5, upper=1.5)
-    image = tf.image.random_saturation(image, lower=0.5, upper=1.5)
-    return tf.image.random_hue(image, max_delta=0.2)
+    image = tf.image.random_brightness(image, max_delta=BRIGHTNESS_DELTA)
+    image = tf.image.random_contrast(image, *CONTRAST_RANGE)
+    image = tf.image.random_saturation(image, *SATURATION_RANGE)
+    return tf.image.random_hue(image, max_delta=HUE_DELTA)
+
+
+def crop_window(image_shape, object_cover, area_cover):
+    """SPEC section 3's random training crop, drawn from the image *shape* [H, W, C] alone.
+
+    Returns (begin [y, x, 0], size [h, w, -1]): a window covering at least object_cover of
+    the image and area_cover..100 % of its area, aspect ratio 3:4..4:3.
+    """
+    begin, size, _ = tf.image.sample_distorted_bounding_box(
+        image_shape, bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
+        min_object_covered=object_cover, aspect_ratio_range=list(ASPECT_RATIO_RANGE),
+        area_range=[area_cover, 1.0], max_attempts=MAX_ATTEMPTS,
+        use_image_if_no_bounding_boxes=True)
+    return begin, size
+
+
+def central_window(image_shape, fraction=CENTRAL_FRACTION):
+    """The window tf.image.central_crop(image, fraction) keeps of a decoded image (one of
+    unknown static shape), from the shape alone. Like central_crop, the fraction goes
+    through float32 first: 80 % of a 50-pixel side starts at 4 and keeps 42 pixels."""
+    fraction = tf.cast(tf.constant(fraction, tf.float32), tf.float64)
+    height, width = tf.cast(image_shape[0], tf.float64), tf.cast(image_shape[1], tf.float64)
+    top = tf.cast((height - height * fraction) / 2, tf.int32)
+    left = tf.cast((width - width * fraction) / 2, tf.int32)
+    begin = tf.stack([top, left, 0])
+    size = tf.stack([tf.cast(image_shape[0], tf.int32) - 2 * top,
+                     tf.cast(image_shape[1], tf.int32) - 2 * left, -1])
+    return begin, size
+
+
+def decode_window(encoded, window_fn):
+    """uint8 [h, w, 3]: the window `window_fn(shape) -> (begin, size)` of an encoded image,
+    a JPEG decoded only inside the window (decode_and_crop_jpeg, the window chosen from
+    extract_jpeg_shape before anything is decoded), PNG, GIF, BMP decoded whole and sliced.
+    Grayscale and CMYK JPEGs come out as RGB like decode_image's. A JPEG truncated after
+    the window decodes (the window's pixels are intact).
+    """
+    def jpeg():
+        begin, size = window_fn(tf.image.extract_jpeg_shape(encoded))
+        window = tf.stack([begin[0], begin[1], size[0], size[1]])
+        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, lambda: decode_sliced(encoded, window_fn))
+    image.set_shape([None, None, 3])
+    return image
+
+
+def decode_sliced(encoded, window_fn):
+    """decode_window's result by decoding the whole image (any format, one op) and slicing."""
+    image = tf.image.decode_image(encoded, channels=3, expand_animations=False)
+    begin, size = window_fn(tf.shape(image))
+    return tf.slice(image, begin, size)
+
+
+# Decoding only the crop window pays when the window is small: measured on 500x375 JPEGs
+# (tools/benchmark.py's), a window of 85 % of the area decodes no faster than the whole
+# image, 50 % about 15 % faster, and the JPEG test around it costs its own share. So the
+# window is decoded alone only for training crops that may be small (area_cover below
+# this, e.g. the fine-tuning crop's 0.05); the 0.7 default and the evaluation crop (64 %)
+# decode the whole image and slice.
+WINDOW_DECODE_BELOW = 0.5
+
+
+def decode_crop_resize(encoded, image_size, is_training, object_cover=0.7, area_cover=0.7):
+    """Encoded image -> float32 [S, S, 3] in [0, 255]: the training crop (random window,
+    drawn from the image's shape) or the evaluation crop (central 80 %), resized bilinearly
+    on the uint8 pixels. The conversion to [0, 1] comes after this (SPEC converts first:
+    the values are the same, the work is on 224 x 224 pixels instead of the whole image)."""
+    if is_training:
+        window_fn = lambda shape: crop_window(shape, object_cover, area_cover)
+    else:
+        window_fn = central_window
+    if is_training and area_cover < WINDOW_DECODE_BELOW:
+        image = decode_window(encoded, window_fn)
+    else:
+        image = decode_sliced(encoded, window_fn)
+    image = tf.image.resize(image, [image_size, image_size], method='bilinear')
+    image.set_shape([image_size, image_size, 3])
+    return image
 
 
 def distort_image(image, height, width, object_cover, area_cover):
     """Training distortion of a float [H, W, 3] image in [0, 1] (before the [-1, 1] map)."""
     with tf.name_scope('distort_image'):
-        no_boxes = tf.zeros([1, 0, 4], tf.float32)
-        begin, size, _ = tf.image.sample_distorted_bounding_box(
-            tf.shape(image), bounding_boxes=no_boxes,
-            min_object_covered=object_cover, aspect_ratio_range=[0.75, 1.33],
-            area_range=[area_cover, 1.0], max_attempts=100,
-            use_image_if_no_bounding_boxes=True)
+        begin, size = crop_window(tf.shape(image), object_cover, area_cover)
         image = tf.slice(image, begin, size)
         image = tf.image.resize(image, [height, width], method='bilinear')
         image.set_shape([height, width, 3])
-        image = tf.image.random_flip_left_right(image)
+        return augment_image(image)
 
-        # The original's draw: maxval 3 although its comments speak of {0..3}.
-        thread_id = tf.random.uniform([], minval=0, maxval=3, dtype=tf.int32, name='thread_id')
-        angle = tf.random.uniform([], -MAX_ROTATION, MAX_ROTATION, name='angle')
-        image = tf.cond(tf.equal(thread_id, 0), lambda: rotate_image(image, angle),
-                        lambda: image)
-        image = tf.cond(tf.equal(thread_id, 0), lambda: color_ordering_0(image),
-                        lambda: image)
-        image = tf.cond(tf.equal(thread_id, 1), lambda: color_ordering_1(image),
-                        lambda: image)
-        # The random_* colour ops do not clamp.
-        return tf.clip_by_value(image, 0.0, 1.0)
+
+def augment_image(image):
+    """SPEC section 3 after the crop, on one resized float [S, S, 3] image in [0, 1]: random
+    flip, then the per-image draw thread_id in {0, 1, 2}: 0 = rotation and colour ordering
+    0, 1 = colour ordering 1, 2 = nothing; then clip to [0, 1]."""
+    image = tf.image.random_flip_left_right(image)
+    # The original's draw: maxval 3 although its comments speak of {0..3}.
+    thread_id = tf.random.uniform([], minval=0, maxval=3, dtype=tf.int32, name='thread_id')
+    angle = tf.random.uniform([], -MAX_ROTATION, MAX_ROTATION, name='angle')
+    image = tf.cond(tf.equal(thread_id, 0), lambda: rotate_image(image, angle),
+                    lambda: image)
+    image = tf.cond(tf.equal(thread_id, 0), lambda: color_ordering_0(image),
+                    lambda: image)
+    image = tf.cond(tf.equal(thread_id, 1), lambda: color_ordering_1(image),
+                    lambda: image)
+    # The random_* colour ops do not clamp.
+    return tf.clip_by_value(image, 0.0, 1.0)
 
 
 def eval_image(image, height, width):
     """Central 80 % crop, bilinear resize to [height, width]."""
     with tf.name_scope('eval_image'):
-        image = tf.image.central_crop(image, central_fraction=0.8)
+        image = tf.image.central_crop(image, central_fraction=CENTRAL_FRACTION)
         image = tf.image.resize(image, [height, width], method='bilinear')
         image.set_shape([height, width, 3])
         return image
@@ -114,3 +211,107 @@ def preprocess_image(image, image_size, is_training, object_cover=0.7, area_cove
     else:
         image = eval_image(image, image_size, image_size)
     return tf.reshape(to_network_range(image), [image_size, image_size, 3])
+
+
+# ------------------------------------------------------------------ batched augmentation
+
+def rotate_images(images, angles):
+    """Nearest-neighbour rotation of a batch [B, H, W, C] about each centre by per-image
+    angles [B] (radians; 0 leaves an image exactly as it is), black fill."""
+    shape = tf.shape(images)
+    transforms = rotation_transform(angles, shape[1], shape[2])
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=images, transforms=transforms, output_shape=shape[1:3],
+        fill_value=tf.constant(0, tf.float32), interpolation='NEAREST', fill_mode='CONSTANT')
+
+
+def _per_image(values, rank=4):
+    return tf.reshape(values, [-1] + [1] * (rank - 1))
+
+
+def adjust_contrast_batch(images, factors):
+    """tf.image.adjust_contrast with a factor per image: (x - mean) * f + mean, the mean
+    per image and channel."""
+    mean = tf.reduce_mean(images, axis=[1, 2], keepdims=True)
+    return (images - mean) * _per_image(factors) + mean
+
+
+def adjust_saturation_hue_batch(images, saturation, hue):
+    """tf.image.adjust_saturation then tf.image.adjust_hue with per-image factors, in one
+    HSV round trip: s <- clip(s * saturation, 0, 1), h <- (h + hue) mod 1."""
+    h, s, v = tf.unstack(tf.image.rgb_to_hsv(images), axis=-1)
+    s = tf.clip_by_value(s * _per_image(saturation, 3), 0.0, 1.0)
+    h = h + _per_image(hue, 3)
+    h = h - tf.floor(h)
+    return tf.image.hsv_to_rgb(tf.stack([h, s, v], axis=-1))
+
+
+def _colour_batch(images, ordering):
+    n = tf.shape(images)[0]
+    brightness = tf.random.uniform([n], -BRIGHTNESS_DELTA, BRIGHTNESS_DELTA)
+    saturation = tf.random.uniform([n], *SATURATION_RANGE)
+    hue = tf.random.uniform([n], -HUE_DELTA, HUE_DELTA)
+    contrast = tf.random.uniform([n], *CONTRAST_RANGE)
+    images = images + _per_image(brightness)
+    if ordering == 1:
+        images = adjust_contrast_batch(images, contrast)
+    images = adjust_saturation_hue_batch(images, saturation, hue)
+    if ordering == 0:
+        images = adjust_contrast_batch(images, contrast)
+    return images
+
+
+def augment_batch(images):
+    """augment_image for a batch [B, S, S, 3] of float images in [0, 1]: every image draws
+    its own flip, thread_id, angle and colour factors from SPEC section 3's distributions;
+    each transform runs only on the images that drew it."""
+    with tf.name_scope('augment_batch'):
+        static_shape = images.shape
+        n = tf.shape(images)[0]
+        flip = tf.random.uniform([n]) < 0.5
+        images = tf.where(flip, tf.reverse(images, [2]), images)
+        thread_id = tf.random.uniform([n], minval=0, maxval=3, dtype=tf.int32)
+        parts = tf.dynamic_partition(images, thread_id, 3)
+        positions = tf.dynamic_partition(tf.range(n), thread_id, 3)
+        rotate = tf.random.uniform(tf.shape(parts[0])[:1], -MAX_ROTATION, MAX_ROTATION)
+        parts[0] = _colour_batch(rotate_images(parts[0], rotate), 0)
+        parts[1] = _colour_batch(parts[1], 1)
+        images = tf.dynamic_stitch(positions, parts)
+        images.set_shape(static_shape)  # static batch size for XLA and the layers
+        return tf.clip_by_value(images, 0.0, 1.0)
+
+
+# ------------------------------------------------------------------ encoded image -> input
+
+def preprocess_encoded(encoded, image_size, is_training, object_cover=0.7, area_cover=0.7,
+                       on_device=False):
+    """Encoded image -> one network input, what the input pipeline does per record.
+
+    on_device False: float32 [S, S, 3] in [-1, 1], SPEC section 3 in full (the crop resized
+    on the uint8 pixels, then [0, 1], augment_image when training).
+    on_device True: uint8 [S, S, 3], the crop resized and rounded; network_input finishes
+    it batched on the training device.
+    """
+    image = decode_crop_resize(encoded, image_size, is_training, object_cover, area_cover)
+    if on_device:
+        # Bilinear weights sum to 1, so the values stay in [0, 255]: round half up, no clip.
+        return tf.cast(image + 0.5, tf.uint8)
+    image = image * (1.0 / 255.0)
+    if is_training:
+        image = augment_image(image)
+    return to_network_range(image)
+
+
+def network_input(images, training):
+    """A batch from the input pipeline -> the network's [B, S, S, 3] float32 in [-1, 1].
+
+    uint8 batches (augment_on='device') get SPEC section 3's flip, rotation and colour
+    here, batched (augment_batch), when training; float batches are already finished.
+    """
+    if images.dtype != tf.uint8:
+        return images
+    with tf.name_scope('network_input'):
+        images = tf.cast(images, tf.float32) * (1.0 / 255.0)
+        if training:
+            images = augment_batch(images)
+        return to_network_range(images)

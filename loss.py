@@ -15,6 +15,8 @@ the same streaks.
 """
 import tensorflow.compat.v1 as tf
 
+import distribute
+
 POS_WEIGHT = 12.0
 WEIGHT_THRESHOLD = 0.01
 POS_FLOOR = 0.01
@@ -41,21 +43,34 @@ def negative_coefficient(neg_count):
 
 
 def batch_positives(labels, mask_thres):
-    """pos_c = 1.0 where any image of the batch has labels[b, c] >= mask_thres, else 0.0."""
-    return tf.cast(tf.reduce_any(labels >= mask_thres, axis=0), tf.float32)
+    """pos_c = 1.0 where any image of the batch has labels[b, c] >= mask_thres, else 0.0.
+
+    Under a synchronous strategy (several replicas) the batch is the global one: the
+    per-replica indicators are all-reduced, so every replica gets the same pos_c.
+    """
+    local = tf.cast(tf.reduce_any(labels >= mask_thres, axis=0), tf.float32)
+    return distribute.all_reduce_max(local)
 
 
 def select_negatives(class_num, neg_select, seed):
-    """sel_c = 1.0 where u_c <= neg_select for a fresh u ~ U[0, 1) per class and step."""
+    """sel_c = 1.0 where u_c <= neg_select for a fresh u ~ U[0, 1) per class and step.
+
+    Under a synchronous strategy every replica uses the first replica's draw.
+    """
     u = tf.random.uniform([class_num], minval=0.0, maxval=1.0, seed=seed)
-    return tf.cast(u <= neg_select, tf.float32)
+    return distribute.from_first_replica(tf.cast(u <= neg_select, tf.float32))
 
 
 def counter_variables(class_num):
-    """The per-class streak counters, zero at the start, checkpointed, never trained."""
+    """The per-class streak counters, zero at the start, checkpointed, never trained.
+
+    Under a synchronous strategy there is one copy per device, all updated with the first
+    replica's (identical) values, and the checkpoint holds one.
+    """
     def counter(name):
         return tf.get_variable(name, shape=[class_num], dtype=tf.float32,
-                               initializer=tf.zeros_initializer(), trainable=False)
+                               initializer=tf.zeros_initializer(), trainable=False,
+                               **distribute.synchronized_variable_args())
     return counter('pos_count'), counter('neg_count')
 
 
@@ -124,3 +139,14 @@ def multilabel_cross_entropy(labels, logits, mask_thres, neg_select, seed, updat
         'non_neg': mask, 'sigmod_ce': ce,
     }
     return cross_entropy, tensors
+
+
+def softmax_cross_entropy(labels, logits):
+    """Single-label fine-tuning loss: mean_b( -sum_c y[b, c] * log(softmax(x[b])_c) ).
+
+    labels are one-hot (train.decode_class_index), as the original fine-tuning script's
+    softmax cross-entropy on ImageNet class indices.
+    """
+    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits_v2(
+        labels=tf.stop_gradient(tf.cast(labels, tf.float32)),
+        logits=tf.cast(logits, tf.float32)))

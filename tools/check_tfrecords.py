@@ -221,6 +221,26 @@ def _check_label(raw, class_num, reasons, warnings):
     return label
 
 
+def _sparse_label_bytes(feature_map, class_num, reasons):
+    """label/index + label/value as the dense label's bytes, or None after a reason."""
+    index = feature_map['label/index'].int64_list.value
+    value = feature_map['label/value'].float_list.value if 'label/value' in feature_map \
+        else []
+    if not len(index) or len(index) != len(value):
+        reasons.append('%s: label/index has %d values, label/value %d (equal and > 0 '
+                       'expected)' % (BAD_FEATURE, len(index), len(value)))
+        return None
+    index = np.asarray(index, np.int64)
+    outside = index[(index < 0) | (index >= class_num)]
+    if outside.size:
+        reasons.append('%s: label/index %d outside [0, class_num=%d)'
+                       % (LABEL_LENGTH, outside[0], class_num))
+        return None
+    dense = np.zeros(class_num, '<f4')
+    dense[index] = np.asarray(value, np.float32)
+    return dense.tobytes()
+
+
 def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
     """Check one serialized record; never raises for bad data.
 
@@ -246,7 +266,11 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
 
     feature_map = example.features.feature
     values = {}
+    # The compact layout (make_tfrecords.py --label_layout sparse) instead of `label`.
+    sparse = 'label' not in feature_map and 'label/index' in feature_map
     for key, (kind, default) in FEATURES.items():
+        if key == 'label' and sparse:
+            continue
         if key not in feature_map:
             if default is None:
                 reasons.append('%s: %r' % (MISSING_FEATURE, key))
@@ -279,6 +303,10 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
         name = values['name'].decode('utf-8', 'backslashreplace')
 
     label = positives = None
+    if sparse:
+        raw = _sparse_label_bytes(feature_map, class_num, reasons)
+        if raw is not None:
+            values['label'] = raw
     if 'label' in values:
         label = _check_label(values['label'], class_num, reasons, warnings)
         if label is not None:

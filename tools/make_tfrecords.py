@@ -25,6 +25,15 @@ Every image becomes one `tf.train.Example` with exactly these features:
     height  int64   height of the decoded image
     name    bytes   the image's path exactly as written in the list (UTF-8)
 
+With --label_layout sparse the label is stored compactly instead of `label`:
+
+    label/index  int64 list    the classes with a non-zero confidence, ascending
+    label/value  float list    their confidences (-1 = ignore), in the same order
+
+(an image without labels stores the single entry 0 -> 0.0, so that every record names
+its label). train.py reads both layouts, side by side; with 11,166 classes the dense
+label is 44,664 bytes a record, the sparse one a few dozen.
+
 Shards are written to `<out_dir>/<split>/<N>.tfrecords`, either one per list file
 (list k -> shard start_index + k, as the original ML-Images tfrecord.py did), or, with
 --num_shards K and a single list, with the lines dealt round-robin into K shards.
@@ -57,6 +66,7 @@ from tools import progress as _progress  # noqa: E402
 
 PROG = 'make_tfrecords.py'
 SPLITS = ('train', 'val')
+LABEL_LAYOUTS = ('dense', 'sparse')
 SHARD_SUFFIX = '.tfrecords'
 TMP_MARKER = '.tmp-'
 
@@ -280,16 +290,43 @@ def load_image(path, jpeg_quality=95):
     return out.getvalue(), width, height
 
 
-def make_example(jpeg_bytes, label, width, height, name):
+def make_example(jpeg_bytes, label, width, height, name, label_layout='dense'):
     """The tf.train.Example of one image (features image, label, width, height, name).
 
     `label` is anything numpy turns into a 1-D float array; it is stored as
-    little-endian float32 bytes. `name` may be str (stored as UTF-8) or bytes.
+    little-endian float32 bytes (label_layout 'dense') or as label/index + label/value
+    (label_layout 'sparse', see the module docstring). `name` may be str (stored as
+    UTF-8) or bytes.
     """
-    tf = _tf()
     label = np.asarray(label, dtype='<f4')
     if label.ndim != 1:
         raise ValueError('label must be 1-D, got shape %s' % (label.shape,))
+    if label_layout == 'sparse':
+        index = np.flatnonzero(label)
+        return make_sparse_example(jpeg_bytes, index, label[index], width, height, name)
+    if label_layout != 'dense':
+        raise ValueError('label_layout must be one of %s, got %r'
+                         % ('/'.join(LABEL_LAYOUTS), label_layout))
+    return _example(jpeg_bytes, width, height, name, label=label.tobytes())
+
+
+def make_sparse_example(jpeg_bytes, index, value, width, height, name):
+    """make_example with the label as label/index (int64) + label/value (float), the
+    classes with a non-zero confidence; no entry at all is stored as 0 -> 0.0."""
+    index = np.asarray(index, dtype=np.int64).reshape(-1)
+    value = np.asarray(value, dtype=np.float32).reshape(-1)
+    if index.shape != value.shape:
+        raise ValueError('label index and value differ in length: %d and %d'
+                         % (index.size, value.size))
+    if not index.size:
+        index, value = np.zeros(1, np.int64), np.zeros(1, np.float32)
+    order = np.argsort(index, kind='stable')
+    return _example(jpeg_bytes, width, height, name, index=index[order],
+                    value=value[order])
+
+
+def _example(jpeg_bytes, width, height, name, label=None, index=None, value=None):
+    tf = _tf()
     if isinstance(name, str):
         name = name.encode('utf-8')
 
@@ -299,13 +336,20 @@ def make_example(jpeg_bytes, label, width, height, name):
     def _int64(value):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
 
-    return tf.train.Example(features=tf.train.Features(feature={
+    feature = {
         'image': _bytes(jpeg_bytes),
-        'label': _bytes(label.tobytes()),
         'width': _int64(width),
         'height': _int64(height),
         'name': _bytes(name),
-    }))
+    }
+    if label is not None:
+        feature['label'] = _bytes(label)
+    else:
+        feature['label/index'] = tf.train.Feature(
+            int64_list=tf.train.Int64List(value=[int(i) for i in index]))
+        feature['label/value'] = tf.train.Feature(
+            float_list=tf.train.FloatList(value=[float(v) for v in value]))
+    return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
 # --------------------------------------------------------------------------- shards
@@ -338,8 +382,14 @@ def _write_shard(task, on_progress=None):
                     skipped.append((task['list'], lineno, image, str(exc)))
                     pending_skipped += 1
                 else:
-                    example = make_example(data, _dense(labels, task['class_num']),
-                                           width, height, image)
+                    if task.get('label_layout') == 'sparse':
+                        classes = sorted(labels)
+                        example = make_sparse_example(data, classes,
+                                                      [labels[c] for c in classes],
+                                                      width, height, image)
+                    else:
+                        example = make_example(data, _dense(labels, task['class_num']),
+                                               width, height, image)
                     writer.write(example.SerializeToString())
                     written += 1
                 pending_done += 1
@@ -446,7 +496,7 @@ def _write_report(report_path, skipped, summary_line):
 
 def build_records(lists, image_root, out_dir, split='train', class_num=None,
                   num_shards=None, start_index=0, workers=None, report_path=None,
-                  jpeg_quality=95, overwrite=False, progress=True):
+                  jpeg_quality=95, overwrite=False, progress=True, label_layout='dense'):
     """Write the TFRecord shards of `lists` to `<out_dir>/<split>/` and return a summary.
 
     lists: a list file, a directory of lists (its regular files, sorted by name), or a
@@ -460,6 +510,8 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     report_path: where the skipped images are listed; default `<out_dir>/<split>_report.txt`.
     overwrite: rewrite shards that already exist (by default they are skipped).
     progress: draw a progress line and per-shard notes on stderr.
+    label_layout: 'dense' (SPEC's float32 bytes, the default) or 'sparse' (label/index +
+      label/value, see the module docstring).
 
     Every list is validated before anything is written. Raises InputError or
     ListFormatError for bad input (nothing is created then) and AllImagesSkippedError
@@ -483,6 +535,9 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
         raise InputError('start_index must be >= 0, got %d' % start_index)
     if workers is not None and workers < 1:
         raise InputError('workers must be >= 1, got %d' % workers)
+    if label_layout not in LABEL_LAYOUTS:
+        raise InputError('label_layout must be one of %s, got %r'
+                         % ('/'.join(LABEL_LAYOUTS), label_layout))
     if not 1 <= jpeg_quality <= 100:
         raise InputError('jpeg_quality must be in [1, 100], got %d' % jpeg_quality)
     list_files = _resolve_lists(lists)
@@ -534,7 +589,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
         tasks.append({'index': index, 'path': shard_path, 'list': path,
                       'stride': stride, 'offset': offset, 'count': count,
                       'class_num': class_num, 'image_root': image_root,
-                      'jpeg_quality': jpeg_quality})
+                      'jpeg_quality': jpeg_quality, 'label_layout': label_layout})
 
     start = time.monotonic()
     meter = _Progress(sum(t['count'] for t in tasks), progress and bool(tasks))
@@ -676,6 +731,11 @@ def build_parser():
     parser.add_argument('--jpeg_quality', type=int, default=95, metavar='Q',
                         help='JPEG quality for images that must be re-encoded: non-JPEG '
                              'files and CMYK/YCCK JPEGs (default: 95)')
+    parser.add_argument('--label_layout', choices=LABEL_LAYOUTS, default='dense',
+                        help='dense: the label as class_num float32 bytes (SPEC, read by '
+                             'the original program; default). sparse: label/index + '
+                             'label/value lists of the non-zero classes, a few dozen bytes '
+                             'instead of 4 x class_num (train.py reads both)')
     parser.add_argument('--overwrite', action='store_true',
                         help='rewrite shards that already exist (default: skip them, so '
                              'an interrupted run can be resumed)')
@@ -725,7 +785,7 @@ def main(argv=None):
             num_shards=args.num_shards, start_index=args.start_index,
             workers=args.workers, report_path=args.report,
             jpeg_quality=args.jpeg_quality, overwrite=args.overwrite,
-            progress=not args.quiet)
+            progress=not args.quiet, label_layout=args.label_layout)
     except AllImagesSkippedError as exc:
         _print_summary(exc.summary)
         _error(exc)
