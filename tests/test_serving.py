@@ -309,4 +309,15 @@ def test_export_mode_and_predict_mode_of_train_py(trained, images, reference, tm
     status, expected, _ = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
                                    '--image_size', IMAGE_SIZE, '--top_k', 2, '--threshold',
                                    0.6, '--list', listing)
-    assert status == 0 and result.stdout == expected
+    assert status == 0
+
+    # The same rows; scores may differ in the last printed digit (another process and batch
+    # size: float rounding, ~1e-6).
+    def rows(text):
+        return [line.split('\t') for line in text.splitlines()]
+    got, want = rows(result.stdout), rows(expected)
+    assert len(got) == len(want) and got[0] == want[0]
+    score = want[0].index('score')
+    for a, b in zip(got[1:], want[1:]):
+        assert a[:score] + a[score + 1:] == b[:score] + b[score + 1:]
+        assert abs(float(a[score]) - float(b[score])) <= 2e-6
