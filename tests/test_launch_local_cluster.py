@@ -173,6 +173,17 @@ def step_lines(launch, task):
     return [l for l in launch.task_lines(task) if re.search(r'step \d+: ', l)]
 
 
+def kill_worker_after_its_second_step(killed):
+    """An on_line callback that SIGKILLs worker:0 once, after its second logged step, and
+    appends the killed PID to `killed`."""
+    def on_line(launch, line):
+        if not killed and line.startswith('[worker:0]') and \
+                len(step_lines(launch, 'worker:0')) >= 2:
+            killed.append(launch.pids['worker:0'][-1])
+            os.kill(killed[-1], signal.SIGKILL)
+    return on_line
+
+
 @pytest.mark.slow
 def test_collective_two_workers_survive_a_kill_and_end_with_identical_weights(dataset,
                                                                                tmp_path):
@@ -183,15 +194,9 @@ def test_collective_two_workers_survive_a_kill_and_end_with_identical_weights(da
     max_iter = 6
     killed = []
 
-    def kill_worker_after_its_second_step(launch, line):
-        if not killed and line.startswith('[worker:0]') and \
-                len(step_lines(launch, 'worker:0')) >= 2:
-            killed.append(launch.pids['worker:0'][-1])
-            os.kill(killed[-1], signal.SIGKILL)
-
     launch = Launch(['--workers', '2', '--distribution', 'collective', '--timeout', '400',
                      '--'] + tiny_flags(dataset, model_dir, max_iter),
-                    on_line=kill_worker_after_its_second_step)
+                    on_line=kill_worker_after_its_second_step(killed))
     assert launch.wait(500) == 0, launch.text[-4000:]
     assert killed, launch.text[-4000:]
     assert ('worker:0 killed by signal 9; restarting every training task with the same '
@@ -216,15 +221,9 @@ def test_a_worker_killed_mid_run_is_restarted_and_the_job_finishes(dataset, tmp_
     max_iter = 40
     killed = []
 
-    def kill_worker_after_its_second_step(launch, line):
-        if not killed and line.startswith('[worker:0]') and \
-                len(step_lines(launch, 'worker:0')) >= 2:
-            killed.append(launch.pids['worker:0'][-1])
-            os.kill(killed[-1], signal.SIGKILL)
-
     launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '400', '--']
                     + tiny_flags(dataset, model_dir, max_iter, snapshot=10),
-                    on_line=kill_worker_after_its_second_step)
+                    on_line=kill_worker_after_its_second_step(killed))
     assert launch.wait(500) == 0, launch.text[-4000:]
     assert killed and len(launch.pids['worker:0']) == 2, launch.text[-4000:]
     assert 'worker:0 killed by signal 9; restarting it with the same TF_CONFIG' in launch.text

@@ -54,20 +54,16 @@ def main(argv=None):
         _predict.check_model_arguments(parser, args)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    serving, bad_input = _predict.import_serving()
-    predictor = None
-    try:
-        images = serving.collect_images(args.images, args.list, args.image_root)
-        predictor = _predict.load_model(serving, args)
-        processed, skipped = serving.run_extract_features(
-            predictor, images, args.output, args.names, args.batch_size, PROG)
-        dim = predictor.feature_dim
-    except bad_input as e:
-        error(e)
+
+    def work(serving, predictor, images):
+        return serving.run_extract_features(
+            predictor, images, args.output, args.names, args.batch_size, PROG) + (
+                predictor.feature_dim,)
+
+    result = _predict.with_predictor(args, work, error)
+    if result is None:
         return 2
-    finally:
-        if predictor is not None:
-            predictor.close()
+    processed, skipped, dim = result
     if not processed:
         error('no image could be processed (%d skipped); nothing written' % skipped)
         return 1

@@ -154,6 +154,24 @@ def load_model(serving, args, top_k=5):
                                   top_k=top_k)
 
 
+def with_predictor(args, work, error, top_k=5):
+    """Collects the images the arguments name, loads the model and returns
+    work(serving, predictor, images), closing the model after; bad input is reported with
+    `error` and gives None (exit status 2)."""
+    serving, bad_input = import_serving()
+    predictor = None
+    try:
+        images = serving.collect_images(args.images, args.list, args.image_root)
+        predictor = load_model(serving, args, top_k)
+        return work(serving, predictor, images)
+    except bad_input as e:
+        error(e)
+        return None
+    finally:
+        if predictor is not None:
+            predictor.close()
+
+
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
     parser = build_parser()
@@ -166,22 +184,17 @@ def main(argv=None):
         return exc.code if isinstance(exc.code, int) else 2
     threshold = None if args.single_label else (
         0.5 if args.threshold is None else args.threshold)
-    serving, bad_input = import_serving()
-    predictor = None
-    try:
-        images = serving.collect_images(args.images, args.list, args.image_root)
-        predictor = load_model(serving, args, args.top_k)
+
+    def work(serving, predictor, images):
         names = (serving.load_class_names(args.class_dict, predictor.class_num)
                  if args.class_dict else None)
-        processed, skipped = serving.run_predict(
-            predictor, images, args.output, args.format, args.batch_size, args.top_k,
-            threshold, names, PROG)
-    except bad_input as e:
-        error(e)
+        return serving.run_predict(predictor, images, args.output, args.format,
+                                   args.batch_size, args.top_k, threshold, names, PROG)
+
+    result = with_predictor(args, work, error, args.top_k)
+    if result is None:
         return 2
-    finally:
-        if predictor is not None:
-            predictor.close()
+    processed, skipped = result
     if not processed:
         error('no image could be processed (%d skipped)' % skipped)
         return 1
