@@ -339,8 +339,16 @@ def test_estimator_one_device_vs_two_replicas(tmp_path):
     for name in ('pos_count', 'neg_count'):
         np.testing.assert_array_equal(r1.get_tensor(name), r2.get_tensor(name))
     assert r2.get_tensor('pos_count')[0] == 3
-    # The same update: weights and momentum (the summed gradients) agree to rounding.
+    # The same update from the same start (the one-device step-0 checkpoint): the three
+    # steps' weight changes agree. Rounding differences grow through batch norm over tiny
+    # batches (up to ~1e-3 of the weights by step 3, seen in CI), so the test is on the
+    # change, which a wrong reduction (a gradient halved or doubled, one replica's alone)
+    # moves by tens of per cent.
+    r0 = tf.train.load_checkpoint(os.path.join(one, 'model.ckpt-0'))
     for name in ('logits/dense/kernel', 'init/init_conv/conv2d/kernel',
                  'logits/dense/kernel/Momentum', 'init/init_conv/conv2d/kernel/Momentum'):
-        a, b = r1.get_tensor(name), r2.get_tensor(name)
-        assert np.linalg.norm(a - b) <= 1e-4 * np.linalg.norm(a), name
+        start = r0.get_tensor(name)
+        d1, d2 = r1.get_tensor(name) - start, r2.get_tensor(name) - start
+        change, difference = np.linalg.norm(d1), np.linalg.norm(d1 - d2)
+        assert change > 0, name
+        assert difference <= 0.05 * change, (name, change, difference)
