@@ -198,9 +198,9 @@ _bool(G, 'xla', False,
       'TensorFlow also needs the environment variable TF_XLA_FLAGS=--tf_xla_cpu_global_jit, '
       'or the flag does nothing.')
 _bool(G, 'use_synthetic_data', False,
-      'Train on one random batch (images and labels), made once and repeated, reading no '
-      'file: the speed of the model alone (tools/benchmark.py compares it with real input). '
-      '--data_dir is not read.')
+      'Train on random images and labels drawn on the training device, a new batch every '
+      'step, reading no file: the speed of the model alone (tools/benchmark.py compares it '
+      'with real input). --data_dir is not read.')
 
 G = 'Devices'
 _int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the original\'s '

@@ -56,15 +56,53 @@ def rotation_transform(angle, height, width):
     return tf.stack([cos, -sin, x_offset, sin, cos, y_offset, zero, zero], axis=-1)
 
 
-def rotate_image(image, angle):
-    """Nearest-neighbour rotation of one [H, W, C] image about its centre, black fill."""
-    shape = tf.shape(image)
-    transform = rotation_transform(angle, shape[0], shape[1])
-    rotated = tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[tf.newaxis], transforms=transform[tf.newaxis],
-        output_shape=shape[:2], fill_value=0.0,
+def _round_half_away(x):
+    """std::round, which the projective-transform kernel's nearest neighbour uses (tf.round
+    rounds half to even)."""
+    return tf.sign(x) * tf.floor(tf.abs(x) + 0.5)
+
+
+def rotate_images(images, angles):
+    """Nearest-neighbour rotation of a batch [B, H, W, C] about each centre by per-image
+    angles [B] (radians; 0 leaves an image exactly as it is), black fill.
+
+    The same pixels as tf.raw_ops.ImageProjectiveTransformV3 with rotation_transform,
+    NEAREST, fill 0 (tf.contrib.image.rotate), computed as one gather: the source pixel of
+    every output pixel from the transform, out-of-image sources reading an appended black
+    pixel. The projective-transform kernel redoes the projection for every channel and
+    costs three to four times as much on a CPU, where the input pipeline rotates.
+    """
+    images = tf.convert_to_tensor(images)
+    shape = tf.shape(images)
+    batch, height, width = shape[0], shape[1], shape[2]
+    t = rotation_transform(angles, height, width)[:, :, tf.newaxis, tf.newaxis]  # [B, 8, 1, 1]
+    y, x = tf.meshgrid(tf.range(height, dtype=tf.float32), tf.range(width, dtype=tf.float32),
+                       indexing='ij')
+    # The kernel's arithmetic, in its order: in_x = t0 x + t1 y + t2, in_y = t3 x + t4 y + t5.
+    x_in = _round_half_away(t[:, 0] * x + t[:, 1] * y + t[:, 2])
+    y_in = _round_half_away(t[:, 3] * x + t[:, 4] * y + t[:, 5])
+    x_in, y_in = tf.cast(x_in, tf.int32), tf.cast(y_in, tf.int32)
+    inside = (x_in >= 0) & (x_in < width) & (y_in >= 0) & (y_in < height)
+    pixels_per_image = height * width
+    offsets = tf.range(batch)[:, tf.newaxis, tf.newaxis] * pixels_per_image
+    black = batch * pixels_per_image
+    source = tf.where(inside, offsets + y_in * width + x_in, tf.fill(tf.shape(x_in), black))
+    channels = images.shape[-1] if images.shape[-1] is not None else shape[3]
+    pixels = tf.reshape(images, [-1, channels])
+    pixels = tf.concat([pixels, tf.zeros([1, channels], images.dtype)], axis=0)
+    rotated = tf.reshape(tf.gather(pixels, source), shape)
+    rotated.set_shape(images.shape)
+    return rotated
+
+
+def contrib_rotate_images(images, angles):
+    """rotate_images as tf.contrib.image.rotate computed it, with the projective-transform
+    kernel: the SPEC-literal reference (tools/benchmark.py's original pipeline, the tests)."""
+    shape = tf.shape(images)
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=images, transforms=rotation_transform(angles, shape[1], shape[2]),
+        output_shape=shape[1:3], fill_value=tf.constant(0, tf.float32),
         interpolation='NEAREST', fill_mode='CONSTANT')
-    return rotated[0]
 
 
 def color_ordering_0(image):
@@ -162,26 +200,27 @@ def decode_crop_resize(encoded, image_size, is_training, object_cover=0.7, area_
     return image
 
 
-def distort_image(image, height, width, object_cover, area_cover):
+def distort_image(image, height, width, object_cover, area_cover, rotate=rotate_images):
     """Training distortion of a float [H, W, 3] image in [0, 1] (before the [-1, 1] map)."""
     with tf.name_scope('distort_image'):
         begin, size = crop_window(tf.shape(image), object_cover, area_cover)
         image = tf.slice(image, begin, size)
         image = tf.image.resize(image, [height, width], method='bilinear')
         image.set_shape([height, width, 3])
-        return augment_image(image)
+        return augment_image(image, rotate)
 
 
-def augment_image(image):
+def augment_image(image, rotate=rotate_images):
     """SPEC section 3 after the crop, on one resized float [S, S, 3] image in [0, 1]: random
     flip, then the per-image draw thread_id in {0, 1, 2}: 0 = rotation and colour ordering
-    0, 1 = colour ordering 1, 2 = nothing; then clip to [0, 1]."""
+    0, 1 = colour ordering 1, 2 = nothing; then clip to [0, 1]. `rotate` is a batch
+    rotation like rotate_images (contrib_rotate_images for the SPEC-literal graph)."""
     image = tf.image.random_flip_left_right(image)
     # The original's draw: maxval 3 although its comments speak of {0..3}.
     thread_id = tf.random.uniform([], minval=0, maxval=3, dtype=tf.int32, name='thread_id')
     angle = tf.random.uniform([], -MAX_ROTATION, MAX_ROTATION, name='angle')
-    image = tf.cond(tf.equal(thread_id, 0), lambda: rotate_image(image, angle),
-                    lambda: image)
+    image = tf.cond(tf.equal(thread_id, 0),
+                    lambda: rotate(image[tf.newaxis], angle[tf.newaxis])[0], lambda: image)
     image = tf.cond(tf.equal(thread_id, 0), lambda: color_ordering_0(image),
                     lambda: image)
     image = tf.cond(tf.equal(thread_id, 1), lambda: color_ordering_1(image),
@@ -214,16 +253,6 @@ def preprocess_image(image, image_size, is_training, object_cover=0.7, area_cove
 
 
 # ------------------------------------------------------------------ batched augmentation
-
-def rotate_images(images, angles):
-    """Nearest-neighbour rotation of a batch [B, H, W, C] about each centre by per-image
-    angles [B] (radians; 0 leaves an image exactly as it is), black fill."""
-    shape = tf.shape(images)
-    transforms = rotation_transform(angles, shape[1], shape[2])
-    return tf.raw_ops.ImageProjectiveTransformV3(
-        images=images, transforms=transforms, output_shape=shape[1:3],
-        fill_value=tf.constant(0, tf.float32), interpolation='NEAREST', fill_mode='CONSTANT')
-
 
 def _per_image(values, rank=4):
     return tf.reshape(values, [-1] + [1] * (rank - 1))

@@ -156,7 +156,7 @@ def record_parser_fn(value, is_training, image_size, class_num, object_cover=0.7
 def input_fn(is_training, data_dir, batch_size, class_num, image_size,
              file_pattern='*tfrecords', worker_num=1, worker_id=0, file_shuffle_buffer=1500,
              shuffle_buffer=2048, num_parallel_calls=4, files=None, skip_bad_records=False,
-             object_cover=0.7, area_cover=0.7, label_type='multi', augment_on='cpu',
+             object_cover=0.7, area_cover=0.7, label_type='multi', augment_on='device',
              use_synthetic_data=False, private_threads=0, record_shard=None):
     """Batches of (images, labels) from `<data_dir>/train` (is_training) or `<data_dir>/val`.
 
@@ -166,9 +166,13 @@ def input_fn(is_training, data_dir, batch_size, class_num, image_size,
     area_cover are the training crop's (SPEC section 3).
     With skip_bad_records, records that fail to parse or decode are dropped and the features
     become {'image': images, 'skipped_records': bad records seen so far}.
-    augment_on 'cpu': float32 images in [-1, 1], augmented here; 'device': uint8 images,
-    cropped and resized only, finished batched in the model (record_parser_fn).
-    use_synthetic_data: no file is read; one random batch, made once, repeats forever.
+    augment_on 'device' (the default; train.py's choice with a GPU): uint8 images, cropped
+    and resized only -- the flip, rotation, colour and the [-1, 1] map (SPEC section 3) run
+    batched in the model, on the training device (image_preprocess.network_input, which
+    resnet_model_fn applies to every batch). 'cpu' (train.py's choice without a GPU):
+    float32 images in [-1, 1], SPEC section 3 in full here, per image.
+    use_synthetic_data: no file is read; the model draws random batches on its device
+    (synthetic_dataset).
     private_threads > 0: the pipeline's own thread pool of that size.
     record_shard (n, k), training: every file is read and this worker takes records k,
     k + n, ... of a deterministic interleave (distribute.data_share, fewer files than
@@ -177,7 +181,7 @@ def input_fn(is_training, data_dir, batch_size, class_num, image_size,
     if augment_on not in AUGMENT_ON:
         raise ValueError('augment_on must be one of %s, got %r' % (AUGMENT_ON, augment_on))
     if use_synthetic_data:
-        return synthetic_dataset(batch_size, class_num, image_size, augment_on == 'device')
+        return synthetic_dataset(batch_size, image_size)
     if files is None:
         files = file_db.list_shards(data_dir, 'train' if is_training else 'val', file_pattern)
         if is_training:
@@ -220,19 +224,29 @@ def input_fn(is_training, data_dir, batch_size, class_num, image_size,
     return dataset
 
 
-def synthetic_dataset(batch_size, class_num, image_size, uint8=False):
-    """One random batch (images in [-1, 1], or uint8; about 8 positive labels an image),
-    made once by the pipeline and repeated: a step costs no reading or decoding."""
-    def make(_):
-        shape = [batch_size, image_size, image_size, 3]
-        if uint8:
-            images = tf.random.uniform(shape, 0, 256, tf.int32)
-            images = tf.cast(images, tf.uint8)
-        else:
-            images = tf.random.uniform(shape, -1.0, 1.0)
-        positive = tf.random.uniform([batch_size, class_num]) < min(0.5, 8.0 / class_num)
-        return images, tf.cast(positive, tf.float32)
-    return tf.data.Dataset.range(1).map(make).cache().repeat()
+SYNTHETIC = 'synthetic'
+
+
+def synthetic_dataset(batch_size, image_size):
+    """The shape of a batch and nothing else, forever: features {'synthetic': uint8
+    [B, S, S, 0]}, labels float32 [B, 0]. No file is read, no pixel crosses to the device:
+    the model makes the batch there (synthetic_batch), a new one every step. With several
+    replicas each gets its share of B."""
+    features = {SYNTHETIC: tf.zeros([batch_size, image_size, image_size, 0], tf.uint8)}
+    return tf.data.Dataset.from_tensors((features, tf.zeros([batch_size, 0]))).repeat()
+
+
+def synthetic_batch(shape_only, class_num):
+    """Random network inputs for a [B, S, S, 0] shape_only tensor: images uniform in
+    [-1, 1] [B, S, S, 3] and 0/1 labels [B, class_num] with about 8 positives an image,
+    drawn where the model runs."""
+    batch, height, width = shape_only.shape.as_list()[:3]
+    if batch is None:
+        batch = tf.shape(shape_only)[0]
+    images = tf.random.uniform([batch, height, width, 3], -1.0, 1.0)
+    images.set_shape(shape_only.shape[:3].concatenate([3]))
+    positive = tf.random.uniform([batch, class_num]) < min(0.5, 8.0 / class_num)
+    return images, tf.cast(positive, tf.float32)
 
 
 def resolve_augment_on(augment_on, has_gpu):
@@ -357,7 +371,9 @@ def resnet_model_fn(features, labels, mode, params):
     """
     training = mode == tf.estimator.ModeKeys.TRAIN
     skipped = None
-    if isinstance(features, dict):
+    if isinstance(features, dict) and SYNTHETIC in features:
+        features, labels = synthetic_batch(features[SYNTHETIC], params['class_num'])
+    elif isinstance(features, dict):
         skipped = features.get('skipped_records')
         features = features['image']
     # uint8 batches (--augment_on=device) are augmented here, on the training device.

@@ -1,6 +1,7 @@
 """Issue 5: crop-window decoding, on-device batched augmentation, sparse labels, synthetic
 data, --dtype / --xla, tools/benchmark.py. No timings here: speed is tools/benchmark.py's."""
 import io
+import math
 import os
 import subprocess
 import sys
@@ -122,17 +123,21 @@ def test_batched_colour_ops_equal_tensorflows_per_image_ops():
     np.testing.assert_allclose(got[1], want[1], atol=2e-5)
 
 
-def test_batched_rotation_equals_per_image_rotation_and_zero_is_identity():
-    rng = np.random.default_rng(4)
-    images = rng.integers(1, 255, (3, 16, 24, 3)).astype(np.float32)
-    angles = [0.0, 0.6, -0.7]
+@pytest.mark.parametrize('height,width,dtype', [(16, 24, np.float32), (31, 20, np.uint8),
+                                                (224, 224, np.float32)])
+def test_rotation_gathers_the_projective_transform_kernels_pixels(height, width, dtype):
+    rng = np.random.default_rng(height)
+    images = rng.integers(1, 255, (40, height, width, 3)).astype(dtype)
+    angles = rng.uniform(-ip.MAX_ROTATION, ip.MAX_ROTATION, 40).astype(np.float32)
+    angles[:3] = [0.0, math.pi / 4, -math.pi / 4]
     with tf.Graph().as_default():
-        got = ip.rotate_images(tf.constant(images), tf.constant(angles))
-        want = tf.stack([ip.rotate_image(images[i], tf.constant(angles[i]))
-                         for i in range(3)])
-        got, want = run([got, want])
+        got, want = run([ip.rotate_images(tf.constant(images), tf.constant(angles)),
+                         ip.contrib_rotate_images(tf.constant(images),
+                                                  tf.constant(angles))])
+    assert got.dtype == dtype
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(got[0], images[0])
+    np.testing.assert_array_equal(got[0], images[0])  # angle 0: the image as it is
+    assert (got == 0).all(-1).sum() > (images == 0).all(-1).sum()  # black corners
 
 
 def test_augment_batch_draws_spec_distribution_per_image():
@@ -299,6 +304,34 @@ def test_training_input_fn_in_both_modes(shards, augment_on):
         assert label.shape == (4, CLASSES)
 
 
+def test_cpu_pipeline_augments_every_training_batch(tmp_path):
+    """input_fn(augment_on='cpu') augments every training image in the pipeline: with a
+    crop that must be the whole image, an image comes out as it is (no flip, thread_id 2),
+    flipped only, or otherwise changed (rotation, colour) -- all three within 64 draws."""
+    pixels = smooth_pixels(32, 32, seed=3)
+    path = str(tmp_path / 'one.tfrecords')
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(make_tfrecords.make_example(encode(pixels, 'PNG'), np.eye(CLASSES)[1],
+                                                 32, 32, 'one.png').SerializeToString())
+    with tf.Graph().as_default():
+        dataset = train.input_fn(True, None, 8, CLASSES, 32, files=[path], shuffle_buffer=1,
+                                 object_cover=1.0, area_cover=1.0, augment_on='cpu')
+        images, labels = tf.data.make_one_shot_iterator(dataset).get_next()
+        assert images.dtype == tf.float32 and images.shape.as_list() == [8, 32, 32, 3]
+        with tf.Session() as sess:
+            batches = [sess.run([images, labels]) for _ in range(8)]
+    base = pixels / 255.0 * 2.0 - 1.0
+    kinds = []
+    for batch, label in batches:
+        assert np.all(label == np.eye(CLASSES)[1])
+        for image in batch:
+            assert -1.0 <= image.min() and image.max() <= 1.0
+            kinds.append('same' if np.allclose(image, base, atol=1e-5) else
+                         'flipped' if np.allclose(image, base[:, ::-1], atol=1e-5) else
+                         'changed')
+    assert {'same', 'flipped', 'changed'} == set(kinds), kinds
+
+
 def test_skip_bad_records_in_device_mode(shards, tmp_path):
     bad = str(tmp_path / 'bad.tfrecords')
     with tf.io.TFRecordWriter(bad) as writer:
@@ -315,14 +348,22 @@ def test_skip_bad_records_in_device_mode(shards, tmp_path):
     assert max(skipped) >= 1
 
 
-def test_synthetic_data_reads_no_file():
+def test_synthetic_data_reads_no_file_and_the_model_draws_a_new_batch_each_step():
     with tf.Graph().as_default():
         dataset = train.input_fn(True, '/does/not/exist', 3, CLASSES, 16,
                                  use_synthetic_data=True)
-        images, labels = tf.data.make_one_shot_iterator(dataset).get_next()
-        first, second = run([[images, labels], [images, labels]])
+        features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
+        # only the shape crosses from the pipeline: no pixel, no label
+        assert features[train.SYNTHETIC].shape.as_list() == [3, 16, 16, 0]
+        assert labels.shape.as_list() == [3, 0]
+        images, labels = train.synthetic_batch(features[train.SYNTHETIC], CLASSES)
+        assert images.shape.as_list() == [3, 16, 16, 3]
+        with tf.Session() as sess:
+            first, second = [sess.run([images, labels]) for _ in range(2)]
     assert first[0].shape == (3, 16, 16, 3) and first[1].shape == (3, CLASSES)
-    assert np.abs(first[0]).max() <= 1.0 and set(np.unique(first[1])) <= {0.0, 1.0}
+    assert -1.0 <= first[0].min() and first[0].max() <= 1.0
+    assert set(np.unique(first[1])) <= {0.0, 1.0}
+    assert not np.array_equal(first[0], second[0])
 
 
 # ------------------------------------------------------------------ dtype, XLA, flags
@@ -339,17 +380,18 @@ def model_params(resnet_size, dtype):
 @pytest.mark.parametrize('resnet_size,dtype,augment_on', [
     (18, 'fp32', 'device'), (18, 'fp16', 'cpu'), (18, 'bf16', 'cpu'),
     pytest.param(50, 'fp32', 'cpu', marks=pytest.mark.slow)])
-def test_dtype_graphs_build_and_train_two_steps_on_cpu(resnet_size, dtype, augment_on):
+def test_dtype_graphs_build_and_train_two_steps_on_cpu(shards, resnet_size, dtype,
+                                                      augment_on):
     try:
-        dtype_graph_trains(resnet_size, dtype, augment_on)
+        dtype_graph_trains(shards, resnet_size, dtype, augment_on)
     finally:
         if dtype == 'fp16':  # the rewrite is switched on process-wide
             tf.mixed_precision.disable_mixed_precision_graph_rewrite()
 
 
-def dtype_graph_trains(resnet_size, dtype, augment_on):
+def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
     with tf.Graph().as_default():
-        dataset = train.input_fn(True, None, 2, CLASSES, 32, use_synthetic_data=True,
+        dataset = train.input_fn(True, None, 2, CLASSES, 32, files=shards, shuffle_buffer=8,
                                  augment_on=augment_on)
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         spec = train.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,

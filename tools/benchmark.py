@@ -9,14 +9,16 @@
 On the same shards, in this one process and with the same batch size:
 
   pipelines (images/s and ratio to the floor):
-    input_fn(cpu)       train.input_fn(is_training=True) as train.py runs it on a CPU box:
-                        every augmentation per image in the pipeline
-    input_fn(device)    train.input_fn with augment_on='device', as on a GPU box: the
+    input_fn(cpu)       train.input_fn(is_training=True, augment_on='cpu') as train.py
+                        runs it on a CPU box: every augmentation per image in the pipeline
+    input_fn(device)    train.input_fn(is_training=True) with its default
+                        augment_on='device', as train.py runs it on a GPU box: the
                         pipeline decodes the crop window and resizes; flip, rotation and
                         colour run batched in the model on the GPU
     spec_literal        SPEC sections 2-3 to the letter: full decode_image, float before
                         the crop, sequential flat_map over the files, map with 5 parallel
-                        calls, shuffle of decoded images, prefetch before batch
+                        calls, shuffle of decoded images, prefetch before batch,
+                        tf.contrib.image.rotate's projective-transform kernel
     floor               parse + decode_jpeg + resize to the network size, nothing else
   training steps (images/s): the model with synthetic data (no input cost) and with the
     real input_fn, for --resnet_size/--step_image_size/--step_batch_size/--dtype/--xla.
@@ -171,7 +173,8 @@ def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffe
             'label': tf.FixedLenFeature([], tf.string)})
         image = tf.image.decode_image(parsed['image'], channels=3, expand_animations=False)
         image = tf.image.convert_image_dtype(image, tf.float32)
-        image = image_preprocess.distort_image(image, image_size, image_size, 0.7, 0.7)
+        image = image_preprocess.distort_image(image, image_size, image_size, 0.7, 0.7,
+                                               image_preprocess.contrib_rotate_images)
         image = (image - 0.5) * 2.0
         label = tf.reshape(tf.io.decode_raw(parsed['label'], tf.float32), [class_num])
         return image, label

@@ -110,36 +110,49 @@ class Task(object):
             self.returncode = self.process.poll()
         return self.returncode
 
-    def stop(self, grace=10.0):
-        """SIGTERM, then SIGKILL after `grace` seconds; by PID, this task's process only."""
-        if self.process is None or self.process.poll() is not None:
-            self.flush()
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.flush()
+    def terminate(self):
+        """SIGTERM to this task's process (by PID) if it is running."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
 
     def flush(self):
         if self._reader is not None:
             self._reader.join(5)
 
 
+def stop_all(tasks, grace):
+    """SIGTERM to every running task at once, SIGKILL to any still running `grace` seconds
+    later; then their output is drained. Bounded: grace + 5 s a task at most for the
+    draining, which only waits for a pipe a killed process can no longer hold."""
+    for task in tasks:
+        task.terminate()
+    deadline = time.time() + grace
+    for task in tasks:
+        if task.process is None:
+            continue
+        try:
+            task.process.wait(max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            task.process.kill()
+            task.process.wait()
+    for task in tasks:
+        task.flush()
+
+
 def describe_exit(code):
     return 'killed by signal %d' % -code if code < 0 else 'exited with status %d' % code
 
 
-def run_cluster(tasks, distribution, restarts, timeout, say):
-    """Runs the tasks to the end; returns the exit status (0 = every training task ok)."""
+def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
+    """Runs the tasks to the end; returns the exit status (0 = every training task ok,
+    130 when stop_requested was set, e.g. by Ctrl-C, 1 otherwise)."""
     start = time.time()
     for task in tasks:
+        if stop_requested.is_set():
+            break
         task.start()
     trainers = [t for t in tasks if t.trains]
-    while True:
-        time.sleep(0.2)
+    while not stop_requested.wait(0.2):
         if timeout and time.time() - start > timeout:
             say('timeout: %d s passed; stopping every task' % timeout)
             return 1
@@ -158,8 +171,7 @@ def run_cluster(tasks, distribution, restarts, timeout, say):
                 say('%s %s; restarting every training task with the same TF_CONFIG '
                     '(restart %d of %d)' % (task.name, describe_exit(task.returncode),
                                             task.restarts, restarts))
-                for other in trainers:
-                    other.stop(grace=5.0)
+                stop_all(trainers, grace=5.0)
                 for other in trainers:
                     other.start()
             else:
@@ -169,6 +181,8 @@ def run_cluster(tasks, distribution, restarts, timeout, say):
         if all(t.poll() == 0 for t in trainers):
             say('the chief and every worker finished in %.1f s' % (time.time() - start))
             return 0
+    say('interrupted; stopping every task')
+    return 130
 
 
 def main(argv=None):
@@ -229,23 +243,19 @@ def main(argv=None):
     say('cluster %s (%s); every task runs: %s' % (
         json.dumps(cluster), args.distribution, ' '.join(command)))
 
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, interrupted)
+    # Ctrl-C and SIGTERM only set a flag that the launcher's loop polls: an exception
+    # raised asynchronously could land inside a Popen or a lock and leave a task unknown.
+    stop_requested = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: stop_requested.set())
     status = 1
     try:
-        status = run_cluster(tasks, args.distribution, args.restarts, args.timeout, say)
-    except KeyboardInterrupt:
-        say('interrupted; stopping every task')
-        status = 130
+        status = run_cluster(tasks, args.distribution, args.restarts, args.timeout, say,
+                             stop_requested)
     finally:
         # Training tasks first (a worker must not outlive its ps), then the ps tasks.
-        for task in tasks:
-            if task.trains:
-                task.stop(grace=5.0 if status else 30.0)
-        for task in tasks:
-            if not task.trains:
-                task.stop()
+        stop_all([t for t in tasks if t.trains], grace=5.0 if status else 30.0)
+        stop_all([t for t in tasks if not t.trains], grace=10.0)
         for task in tasks:
             code = task.process.returncode if task.process else None
             say('%s (pid %s) %s%s' % (
