@@ -37,6 +37,9 @@ import tensorflow.compat.v1 as tf
 DISTRIBUTIONS = ('auto', 'none', 'ps', 'collective')
 # Task types that train (and so read training data), in the order of their worker ids.
 TRAINING_TASKS = ('chief', 'worker')
+# The optional task that evaluates the chief's checkpoints as they appear (not a member of
+# the cluster: it only reads model_dir).
+EVALUATOR = 'evaluator'
 
 
 class ConfigError(ValueError):
@@ -86,7 +89,7 @@ def task_from_tf_config(text):
                           % text.strip())
     if not isinstance(index, int) or index < 0:
         raise ConfigError('TF_CONFIG task index must be an integer >= 0, got %r' % (index,))
-    if task_type != 'evaluator' and index >= len(cluster.get(task_type, [])):
+    if task_type != EVALUATOR and index >= len(cluster.get(task_type, [])):
         raise ConfigError('TF_CONFIG task %s:%d is not in the cluster %s'
                           % (task_type, index, json.dumps(cluster)))
     if len(cluster.get('chief', [])) > 1:
@@ -174,6 +177,11 @@ class Plan(object):
         return self.task is None or self.task.trains
 
     @property
+    def evaluates(self):
+        """An evaluator task: evaluates the chief's checkpoints as they appear."""
+        return self.task is not None and self.task.type == EVALUATOR
+
+    @property
     def role(self):
         """'task chief:0 (worker 0 of 3)' or 'single process', for the log."""
         if self.task is None:
@@ -204,10 +212,9 @@ def plan(distribution, num_gpus, worker_num, worker_id, batch_size, gpu_count,
         if (worker_num, worker_id) != (1, 0):
             raise ConfigError('--worker_num/--worker_id are taken from TF_CONFIG when it is '
                               'set; leave them out (got %d/%d)' % (worker_num, worker_id))
-        if task.type not in TRAINING_TASKS + ('ps',):
-            raise ConfigError('TF_CONFIG task type %r is not supported (chief, worker, ps); '
-                              'evaluate with --mode=eval instead of an evaluator task'
-                              % task.type)
+        if task.type not in TRAINING_TASKS + ('ps', EVALUATOR):
+            raise ConfigError('TF_CONFIG task type %r is not supported (chief, worker, ps, '
+                              'evaluator)' % task.type)
         if task.trains:
             worker_num, worker_id = task.worker_num, task.worker_id
         else:

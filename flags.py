@@ -210,6 +210,10 @@ _int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the origi
 G = 'Evaluation'
 _int(G, 'test_interval', 0, '--mode=train_and_eval: steps between evaluations (> 0).')
 _int(G, 'test_iter', 0, 'Batches of --batch_size per evaluation; 0 = the whole val split.')
+_int(G, 'eval_throttle_secs', 600,
+     'An evaluator task of a TF_CONFIG cluster (tools/launch_local_cluster.py --evaluator) '
+     'evaluates the newest checkpoint of --model_dir at most once in this many seconds, '
+     'until the one of --max_iter.')
 _string(G, 'piclist', '', '--mode=predict: the images to classify: a list file (one image '
         'a line; the path is the text before the first tab or the first field, relative to '
         'the current directory, so image lists with labels work) or a directory (its image '

@@ -621,6 +621,8 @@ def validate_flags(f):
     if f.test_iter < 0:
         raise UsageError('--test_iter must be >= 0 (0 = the whole val split), got %d'
                          % f.test_iter)
+    if f.eval_throttle_secs < 0:
+        raise UsageError('--eval_throttle_secs must be >= 0, got %d' % f.eval_throttle_secs)
     if f.summary_interval < 0:
         raise UsageError('--summary_interval must be >= 0 (0 = --log_interval), got %d'
                          % f.summary_interval)
@@ -726,7 +728,9 @@ def make_estimator(f, data_format, warm_start=None, plan=None):
     if f.visiable_gpu >= 0:
         session_config.gpu_options.visible_device_list = ','.join(
             str(f.visiable_gpu + i) for i in range(max(1, f.num_gpus)))
-    if plan is not None and plan.distribution == 'ps':
+    # An evaluator is not a member of the cluster: a local session, no strategy.
+    cluster_member = plan is not None and not plan.evaluates
+    if cluster_member and plan.distribution == 'ps':
         # What RunConfig does when it makes the session config: a task sees only the ps
         # tasks and itself, so it neither waits for nor depends on the other workers.
         session_config.device_filters.extend(
@@ -740,7 +744,7 @@ def make_estimator(f, data_format, warm_start=None, plan=None):
         log_step_count_steps=f.log_interval,
         session_config=session_config,
         train_distribute=distribute.train_distribute(
-            plan.distribution, f.num_gpus) if plan is not None else None)
+            plan.distribution, f.num_gpus) if cluster_member else None)
     params = model_params(f, data_format)
     if plan is not None:
         params['batch_size'] = plan.images_per_step  # images a step of this process
@@ -862,7 +866,7 @@ def train(f):
     data_format = resolve_data_format(f.data_format, gpu_visible())
     files, record_shard = ([], None) if f.use_synthetic_data or not plan.trains else \
         training_files(f, plan)
-    val_files = evaluation_files(f) if f.mode == 'train_and_eval' else None
+    val_files = evaluation_files(f) if f.mode == 'train_and_eval' or plan.evaluates else None
     warm_start = pretrained_variables(f, data_format)
     log_to_file(f.log_dir, plan.log_name)
     tf.logging.info('%s; %s', plan.role, distribute.describe_devices(plan, f.batch_size))
@@ -876,6 +880,12 @@ def train(f):
         tf.logging.info('worker %d/%d reads %d shard files: %s', plan.worker_id,
                         plan.worker_num, len(files),
                         ', '.join(os.path.basename(p) for p in files))
+    if plan.evaluates:
+        tf.logging.info('evaluator: every new checkpoint of %s (at most one each %d s) on %s '
+                        'of the %d val shard files, until global step %s', f.model_dir,
+                        f.eval_throttle_secs, '%d batches' % f.test_iter if f.test_iter
+                        else 'all', len(val_files), f.max_iter if f.max_iter > 0 else
+                        'infinity (never stops)')
     tf.logging.info('data_format %s, ResNet-%d, %d classes, batch %d, image %d',
                     data_format, f.resnet_size, f.class_num, f.batch_size, f.image_size)
     tf.logging.info('augmentation on %s, dtype %s, XLA %s%s',
@@ -903,7 +913,7 @@ def train(f):
             tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
                 training_input_fn(f, files, record_shard),
                 max_steps=f.max_iter if f.max_iter > 0 else None, hooks=hooks),
-                tf.estimator.EvalSpec(eval_input_fn(f, val_files)))
+                cluster_eval_spec(f, val_files))
         elif f.mode == 'train_and_eval':
             step = estimator_step(f.model_dir)
             last = f.max_iter if f.max_iter > 0 else float('inf')
@@ -962,6 +972,15 @@ def estimator_step(model_dir):
     """The global step of the latest checkpoint in model_dir, 0 without one."""
     path = latest_checkpoint(model_dir)
     return int(tf.train.load_checkpoint(path).get_tensor('global_step')) if path else 0
+
+
+def cluster_eval_spec(f, val_files):
+    """The EvalSpec an evaluator task follows: every new checkpoint of --model_dir, at most
+    one each --eval_throttle_secs, on --test_iter batches of val (0 = all); it stops after
+    the checkpoint of global step --max_iter."""
+    return tf.estimator.EvalSpec(eval_input_fn(f, val_files),
+                                 steps=f.test_iter if f.test_iter > 0 else None,
+                                 start_delay_secs=0, throttle_secs=f.eval_throttle_secs)
 
 
 def training_input_fn(f, files, record_shard=None):

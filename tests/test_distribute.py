@@ -83,11 +83,16 @@ def test_plan_roles_and_images_per_step():
     assert (plan.replicas, plan.images_per_step, plan.images_per_global_step) == (2, 16, 16)
     ps = distribute.plan('ps', 1, 1, 0, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'ps', 0)})
     assert not ps.trains and ps.worker_id is None
+    evaluator = distribute.plan('auto', 1, 1, 0, 8, 0,
+                                {'TF_CONFIG': config(PS_CLUSTER, 'evaluator', 0)})
+    assert (evaluator.distribution, evaluator.trains, evaluator.evaluates) == ('ps', False,
+                                                                             True)
+    assert evaluator.log_name == 'train_evaluator_0.log'
     for args, fragment in [
             (('auto', 1, 2, 1, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'chief', 0)}),
              'taken from TF_CONFIG'),
-            (('auto', 1, 1, 0, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'evaluator', 0)}),
-             'evaluator'),
+            (('auto', 1, 1, 0, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'master', 0)}),
+             'master'),
             (('none', 2, 1, 0, 8, 1, {}), '--num_gpus=2 but 1 GPU is visible'),
             (('none', 0, 1, 0, 8, 0, {}), '--num_gpus must be >= 1'),
             (('none', 1, 2, 2, 8, 0, {}), 'must be in')]:

@@ -144,14 +144,20 @@ def test_a_task_that_fails_fails_the_launch(dataset, tmp_path):
 
 @pytest.mark.slow
 def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
+    """Chief, worker, ps and an evaluator task that evaluates the final checkpoint."""
     model_dir = str(tmp_path / 'model')
     max_iter = 6
-    launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '400', '--']
-                    + tiny_flags(dataset, model_dir, max_iter))
+    launch = Launch(['--workers', '2', '--ps', '1', '--evaluator', '--timeout', '400', '--']
+                    + tiny_flags(dataset, model_dir, max_iter) + ['--eval_throttle_secs=1'])
     assert launch.wait(500) == 0, launch.text[-4000:]
     # The chief's final checkpoint; asynchronous workers may add one step in flight.
     values = checkpoint(model_dir)
     assert max_iter <= values['global_step'] <= max_iter + 1
+    # The evaluator evaluated that checkpoint (its events in model_dir/eval) and exited 0.
+    evaluated = eval_steps(os.path.join(model_dir, 'eval'))
+    assert evaluated and max(evaluated) == values['global_step'], evaluated
+    assert re.search(r'evaluator:0 \(pid \d+\) exited with status 0', launch.text)
+    assert 'finished' in launch.text and 'and the evaluator' in launch.text
     assert values['pos_count'].shape == (CLASSES,)
     # Each worker read only its own files (from the names it logged), together all.
     chief = files_read(launch.task_lines('chief:0'))
@@ -167,6 +173,16 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
                      launch.text)
     # Only the chief writes checkpoints and summaries, in model_dir.
     assert not [name for name in os.listdir(model_dir) if name.startswith('tmp_worker')]
+
+
+def eval_steps(eval_dir):
+    """The global steps of the evaluations in an Estimator's eval event files."""
+    steps = set()
+    for path in tf.io.gfile.glob(os.path.join(eval_dir, 'events.out.tfevents.*')):
+        for event in tf.train.summary_iterator(path):
+            if any(v.tag == 'loss' for v in event.summary.value):
+                steps.add(event.step)
+    return sorted(steps)
 
 
 def step_lines(launch, task):

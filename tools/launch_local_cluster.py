@@ -9,13 +9,16 @@ Every task (chief, worker, ps) is `python train.py <the flags after -->
 summaries) and --workers - 1 `worker` tasks. The tasks' output is streamed with a prefix
 `[chief:0]`, `[worker:0]`, `[ps:0]`; each task also writes <log_dir>/train_<type>_<index>.log.
 
-A ps task never exits by itself: when the chief and every worker have finished, the ps
-tasks are stopped (SIGTERM, then SIGKILL). A training task killed by a signal is restarted
-with the same TF_CONFIG and flags (up to --restarts times; it resumes from the chief's
-checkpoints: in ps mode it rejoins the running job, in collective mode -- where the other
-workers cannot go on without it -- every training task is restarted). Any other failure
-stops every task. Ctrl-C stops every task. Exit status 0 when the chief and every worker
-exited 0, 1 otherwise (2 on bad usage).
+With --evaluator an `evaluator` task (not a member of the cluster; it reads the chief's
+checkpoints) evaluates each new checkpoint on the val split and exits after the last.
+A ps task never exits by itself: when the chief, every worker and the evaluator have
+finished, the ps tasks are stopped (SIGTERM, then SIGKILL). A training or evaluator task
+killed by a signal is restarted with the same TF_CONFIG and flags (up to --restarts times;
+it resumes from the chief's checkpoints: in ps mode it rejoins the running job, in
+collective mode -- where the other workers cannot go on without it -- every training task
+is restarted). Any other failure
+stops every task. Ctrl-C stops every task (exit status 130). Exit status 0 when the chief,
+every worker and the evaluator exited 0, 1 otherwise (2 on bad usage).
 """
 import argparse
 import json
@@ -81,6 +84,11 @@ class Task(object):
 
     @property
     def trains(self):
+        return self.type in ('chief', 'worker')
+
+    @property
+    def finishes(self):
+        """Exits by itself at the end of the job (every task but a ps)."""
         return self.type != 'ps'
 
     def start(self):
@@ -152,21 +160,22 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
             break
         task.start()
     trainers = [t for t in tasks if t.trains]
+    finishing = [t for t in tasks if t.finishes]
     while not stop_requested.wait(0.2):
         if timeout and time.time() - start > timeout:
             say('timeout: %d s passed; stopping every task' % timeout)
             return 1
-        # A ps task that exits at all, or a training task that fails.
+        # A ps task that exits at all, or another task that fails.
         died = [t for t in tasks if t.poll() is not None and
-                (t.returncode != 0 or not t.trains)]
+                (t.returncode != 0 or not t.finishes)]
         for task in died:
             task.flush()
             killed = task.returncode < 0
-            if not (task.trains and killed and task.restarts < restarts):
+            if not (task.finishes and killed and task.restarts < restarts):
                 say('%s %s; stopping every task' % (task.name, describe_exit(task.returncode)))
                 return 1
             task.restarts += 1
-            if distribution == 'collective':
+            if distribution == 'collective' and task.trains:
                 # The others wait for it in their all-reduce: restart them all.
                 say('%s %s; restarting every training task with the same TF_CONFIG '
                     '(restart %d of %d)' % (task.name, describe_exit(task.returncode),
@@ -178,8 +187,9 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
                 say('%s %s; restarting it with the same TF_CONFIG (restart %d of %d)'
                     % (task.name, describe_exit(task.returncode), task.restarts, restarts))
                 task.start()
-        if all(t.poll() == 0 for t in trainers):
-            say('the chief and every worker finished in %.1f s' % (time.time() - start))
+        if all(t.poll() == 0 for t in finishing):
+            say('the chief and every worker%s finished in %.1f s' % (
+                '' if finishing == trainers else ' and the evaluator', time.time() - start))
             return 0
     say('interrupted; stopping every task')
     return 130
@@ -204,6 +214,10 @@ def main(argv=None):
     parser.add_argument('--distribution', choices=('ps', 'collective'), default='ps',
                         help='ps: asynchronous, variables on the ps tasks; collective: '
                              'synchronous all-reduce, no ps (default ps)')
+    parser.add_argument('--evaluator', action='store_true',
+                        help='also start an evaluator task: it evaluates every new '
+                             'checkpoint of --model_dir on the val split (at most one each '
+                             '--eval_throttle_secs) and exits after the one of --max_iter')
     parser.add_argument('--restarts', type=int, default=3,
                         help='how often a training task killed by a signal is restarted '
                              'with the same TF_CONFIG (default 3; 0 = never)')
@@ -231,7 +245,8 @@ def main(argv=None):
     command = [args.python, os.path.join(ROOT, 'train.py')] + train_flags + [
         '--distribution=' + args.distribution]
     tasks = []
-    for task_type, index in task_names(cluster):
+    names = task_names(cluster) + ([('evaluator', 0)] if args.evaluator else [])
+    for task_type, index in names:
         env = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, index))
         tasks.append(Task(task_type, index, command, env, out, lock))
 
@@ -254,14 +269,14 @@ def main(argv=None):
                              stop_requested)
     finally:
         # Training tasks first (a worker must not outlive its ps), then the ps tasks.
-        stop_all([t for t in tasks if t.trains], grace=5.0 if status else 30.0)
-        stop_all([t for t in tasks if not t.trains], grace=10.0)
+        stop_all([t for t in tasks if t.finishes], grace=5.0 if status else 30.0)
+        stop_all([t for t in tasks if not t.finishes], grace=10.0)
         for task in tasks:
             code = task.process.returncode if task.process else None
             say('%s (pid %s) %s%s' % (
                 task.name, task.process.pid if task.process else '-',
                 'not started' if code is None else describe_exit(code),
-                ' (stopped by the launcher)' if not task.trains and code is not None and
+                ' (stopped by the launcher)' if not task.finishes and code is not None and
                 code != 0 and status == 0 else ''))
     say('exit status %d' % status)
     return status
