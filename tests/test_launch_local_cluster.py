@@ -259,10 +259,6 @@ def alive(pid):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason='issue #4: under the load of the full suite the '
-                   'launcher twice did not exit within 120 s of Ctrl-C; its signal handler '
-                   'now only sets a flag (no exception raised asynchronously) and the tasks '
-                   'stop in parallel: non-strict until CI runs confirm the fix')
 def test_ctrl_c_stops_every_task(dataset, tmp_path):
     interrupted = []
 
