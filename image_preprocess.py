@@ -70,7 +70,8 @@ def rotate_images(images, angles):
     NEAREST, fill 0 (tf.contrib.image.rotate), computed as one gather: the source pixel of
     every output pixel from the transform, out-of-image sources reading an appended black
     pixel. The projective-transform kernel redoes the projection for every channel and
-    costs three to four times as much on a CPU, where the input pipeline rotates.
+    costs about twice as much CPU (2.0 against 1.0 ms for a 224 x 224 image), which counts
+    where the input pipeline rotates.
     """
     images = tf.convert_to_tensor(images)
     shape = tf.shape(images)
