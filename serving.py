@@ -383,10 +383,9 @@ def _run_batch(predictor, batch, on_skip, keys):
     one if that still fails), reporting each image that fails."""
     if not batch:
         return []
-    try:
-        return _rows(batch, predictor.run([data for _, data in batch], keys), keys)
-    except tf.errors.OpError:
-        pass
+    rows = _try_rows(predictor, batch, keys)
+    if rows is not None:
+        return rows
     good = []
     for name, data in batch:
         error = predictor.decode_error(data)
@@ -396,10 +395,9 @@ def _run_batch(predictor, batch, on_skip, keys):
             good.append((name, data))
     if not good:
         return []
-    try:
-        return _rows(good, predictor.run([data for _, data in good], keys), keys)
-    except tf.errors.OpError:
-        pass
+    rows = _try_rows(predictor, good, keys)
+    if rows is not None:
+        return rows
     rows = []
     for name, data in good:
         try:
@@ -407,6 +405,14 @@ def _run_batch(predictor, batch, on_skip, keys):
         except tf.errors.OpError as e:
             on_skip(name, train.op_error_text(e))
     return rows
+
+
+def _try_rows(predictor, batch, keys):
+    """The rows of (name, data) `batch` run as one batch; None when the run fails."""
+    try:
+        return _rows(batch, predictor.run([data for _, data in batch], keys), keys)
+    except tf.errors.OpError:
+        return None
 
 
 def _rows(batch, outputs, keys):
