@@ -16,9 +16,9 @@ finished, the ps tasks are stopped (SIGTERM, then SIGKILL). A training or evalua
 killed by a signal is restarted with the same TF_CONFIG and flags (up to --restarts times;
 it resumes from the chief's checkpoints: in ps mode it rejoins the running job, in
 collective mode -- where the other workers cannot go on without it -- every training task
-is restarted). Any other failure
-stops every task. Ctrl-C stops every task (exit status 130). Exit status 0 when the chief,
-every worker and the evaluator exited 0, 1 otherwise (2 on bad usage).
+is restarted). Any other failure stops every task. Ctrl-C stops every task (exit status
+130). Exit status 0 when the chief, every worker and the evaluator exited 0, 1 otherwise
+(2 on bad usage).
 """
 import argparse
 import json
@@ -72,14 +72,30 @@ def task_names(cluster):
     return [(t, i) for t in ('chief', 'worker', 'ps') for i in range(len(cluster.get(t, [])))]
 
 
+class Console(object):
+    """Whole lines to one stream from several threads (the tasks' readers, the launcher)."""
+
+    def __init__(self, out):
+        self._out, self._lock = out, threading.Lock()
+
+    def line(self, prefix, text):
+        with self._lock:
+            self._out.write('%s %s\n' % (prefix, text))
+            self._out.flush()
+
+    def say(self, text):
+        """A line of the launcher's own."""
+        self.line(PROGRAM + ':', text)
+
+
 class Task(object):
     """One process of the cluster, started and restarted with the same TF_CONFIG."""
 
-    def __init__(self, task_type, index, command, env, out, lock):
+    def __init__(self, task_type, index, command, env, console):
         self.type, self.index, self.command, self.env = task_type, index, command, env
         self.name = '%s:%d' % (task_type, index)
         self.process, self.restarts, self.returncode = None, 0, None
-        self._out, self._lock = out, lock
+        self._console = console
         self._reader = None
 
     @property
@@ -96,22 +112,14 @@ class Task(object):
         self.process = subprocess.Popen(
             self.command, env=self.env, cwd=ROOT, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        self.say('started %s, pid %d' % (self.name, self.process.pid))
+        self._console.say('started %s, pid %d' % (self.name, self.process.pid))
         self._reader = threading.Thread(target=self._stream, args=(self.process,),
                                         daemon=True)
         self._reader.start()
 
     def _stream(self, process):
         for raw in iter(process.stdout.readline, b''):
-            line = raw.decode('utf-8', 'replace').rstrip('\n')
-            with self._lock:
-                self._out.write('[%s] %s\n' % (self.name, line))
-                self._out.flush()
-
-    def say(self, text):
-        with self._lock:
-            self._out.write('%s: %s\n' % (PROGRAM, text))
-            self._out.flush()
+            self._console.line('[%s]' % self.name, raw.decode('utf-8', 'replace').rstrip('\n'))
 
     def poll(self):
         if self.process is not None and self.returncode is None:
@@ -240,20 +248,15 @@ def main(argv=None):
 
     ps = args.ps if args.distribution == 'ps' else 0
     cluster = make_cluster(args.workers, ps, args.host)
-    lock = threading.Lock()
-    out = sys.stdout
+    console = Console(sys.stdout)
+    say = console.say
     command = [args.python, os.path.join(ROOT, 'train.py')] + train_flags + [
         '--distribution=' + args.distribution]
     tasks = []
     names = task_names(cluster) + ([('evaluator', 0)] if args.evaluator else [])
     for task_type, index in names:
         env = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, index))
-        tasks.append(Task(task_type, index, command, env, out, lock))
-
-    def say(text):
-        with lock:
-            out.write('%s: %s\n' % (PROGRAM, text))
-            out.flush()
+        tasks.append(Task(task_type, index, command, env, console))
 
     say('cluster %s (%s); every task runs: %s' % (
         json.dumps(cluster), args.distribution, ' '.join(command)))
