@@ -701,6 +701,16 @@ def cluster_plan(f):
 
 # ---------------------------------------------------------------------------- main
 
+def training_steps(f):
+    """--max_iter as the Estimator's max_steps: None (no end) for 0."""
+    return f.max_iter if f.max_iter > 0 else None
+
+
+def evaluation_batches(f):
+    """--test_iter as the Estimator's evaluation steps: None (the whole val split) for 0."""
+    return f.test_iter if f.test_iter > 0 else None
+
+
 def model_params(f, data_format):
     return {
         'resnet_size': f.resnet_size, 'class_num': f.class_num, 'data_format': data_format,
@@ -713,7 +723,7 @@ def model_params(f, data_format):
         'lr_warmup_decay_factor': f.lr_warmup_decay_factor,
         'opt_momentum': f.opt_momentum, 'batch_size': f.batch_size,
         'log_interval': f.log_interval,
-        'max_steps': f.max_iter if f.max_iter > 0 else None,
+        'max_steps': training_steps(f),
         'max_to_keep': f.max_to_keep, 'legacy_counters': has_legacy_counters(f.model_dir),
         'label_type': f.label_type, 'frozen_stages': 2 if f.FixBlock2 else 0,
         'dtype': f.dtype,
@@ -849,7 +859,7 @@ def evaluate(f, estimator=None, checkpoint_path=None, files=None):
     check_checkpoint_head(checkpoint_path, f.class_num)
     try:
         results = estimator.evaluate(eval_input_fn(f, files),
-                                     steps=f.test_iter if f.test_iter > 0 else None,
+                                     steps=evaluation_batches(f),
                                      checkpoint_path=checkpoint_path)
     except tf.errors.OpError as e:
         raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
@@ -912,7 +922,7 @@ def train(f):
             # Runs a ps task's server until the launcher stops it; trains on the others.
             tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
                 training_input_fn(f, files, record_shard),
-                max_steps=f.max_iter if f.max_iter > 0 else None, hooks=hooks),
+                max_steps=training_steps(f), hooks=hooks),
                 cluster_eval_spec(f, val_files))
         elif f.mode == 'train_and_eval':
             step = estimator_step(f.model_dir)
@@ -922,8 +932,7 @@ def train(f):
                 train_on(estimator, f, files, hooks, step, record_shard)
                 evaluate(f, estimator, files=val_files)
         else:
-            train_on(estimator, f, files, hooks, f.max_iter if f.max_iter > 0 else None,
-                     record_shard)
+            train_on(estimator, f, files, hooks, training_steps(f), record_shard)
     except tf.errors.OpError as e:
         raise TrainingError(describe_failure(e, f, tracker.failed_step))
     except UnicodeDecodeError:
@@ -979,7 +988,7 @@ def cluster_eval_spec(f, val_files):
     one each --eval_throttle_secs, on --test_iter batches of val (0 = all); it stops after
     the checkpoint of global step --max_iter."""
     return tf.estimator.EvalSpec(eval_input_fn(f, val_files),
-                                 steps=f.test_iter if f.test_iter > 0 else None,
+                                 steps=evaluation_batches(f),
                                  start_delay_secs=0, throttle_secs=f.eval_throttle_secs)
 
 
