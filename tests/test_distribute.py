@@ -297,7 +297,7 @@ labels = (rng.random((STEPS, B, C)) < 0.3).astype(np.float32)
 labels[..., 0] = 1.0
 F = flags_lib.FLAGS
 F(['train.py', '--class_num=%d' % C, '--resnet_size=18', '--image_size=%d' % S,
-   '--lr=0.01', '--log_interval=1', '--snapshot=100', '--max_iter=%d' % STEPS,
+   '--lr=0.01', '--log_interval=1', '--snapshot=1', '--max_iter=%d' % STEPS,
    '--data_format=NHWC', '--visiable_gpu=-1'])
 for replicas in (1, 2):
     if replicas == 1:   # one device: the batch [X; X]
@@ -325,7 +325,7 @@ def test_estimator_one_device_vs_two_replicas(tmp_path):
     """train.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
     one device, for the same global batch. Each replica gets the same half (per-replica
     batch norm then sees the whole batch's statistics), so the whole step must agree:
-    cross_entropy to 1e-5, counters exactly, weights to float rounding."""
+    cross_entropy to 1e-5, counters exactly, step 1's weight update to float rounding."""
     run_child(ESTIMATOR_CHILD, str(tmp_path))
     one, two = str(tmp_path / '1'), str(tmp_path / '2')
     s1, s2 = scalar_tags(one), scalar_tags(two)
@@ -344,19 +344,21 @@ def test_estimator_one_device_vs_two_replicas(tmp_path):
     for name in ('pos_count', 'neg_count'):
         np.testing.assert_array_equal(r1.get_tensor(name), r2.get_tensor(name))
     assert r2.get_tensor('pos_count')[0] == 3
-    # The same update from the same start (the one-device step-0 checkpoint): the three
-    # steps' weight changes agree. Rounding differences grow through batch norm over tiny
-    # batches (up to ~1e-3 of the weights by step 3, seen in CI), so the test is on the
-    # change, which a wrong reduction (a gradient halved or doubled, one replica's alone)
-    # moves by tens of per cent.
+    # The same first update from the same start (the one-device step-0 checkpoint): step
+    # 1's weight and momentum changes agree to float rounding (4e-6 of the change seen,
+    # 1e-4 allowed). Later steps start from weights that differ by rounding, which batch
+    # norm over tiny batches amplifies unpredictably (momentum changes 0.05 % apart in one
+    # CI run, 5 % in another by step 3), so the weights are compared after step 1 only;
+    # the counters above after step 3.
     r0 = tf.train.load_checkpoint(os.path.join(one, 'model.ckpt-0'))
+    first = [tf.train.load_checkpoint(os.path.join(d, 'model.ckpt-1')) for d in (one, two)]
     for name in ('logits/dense/kernel', 'init/init_conv/conv2d/kernel',
                  'logits/dense/kernel/Momentum', 'init/init_conv/conv2d/kernel/Momentum'):
         start = r0.get_tensor(name)
-        d1, d2 = r1.get_tensor(name) - start, r2.get_tensor(name) - start
+        d1, d2 = [r.get_tensor(name) - start for r in first]
         change, difference = np.linalg.norm(d1), np.linalg.norm(d1 - d2)
         assert change > 0, name
-        assert difference <= 0.05 * change, (name, change, difference)
+        assert difference <= 1e-4 * change, (name, change, difference)
 
 
 SYNTHETIC_CHILD = LOGICAL_CPUS + '''
