@@ -32,6 +32,9 @@ PROGRAM = 'train.py'
 
 
 NON_FINITE_LOSS = 'non-finite training loss'
+# TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
+# histogram for: ..."): non-finite values of the model, never a record's fault.
+NON_FINITE_SUMMARY = 'in summary histogram for'
 
 
 class TrainingError(RuntimeError):
@@ -399,14 +402,13 @@ def resnet_model_fn(features, labels, mode, params):
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
+    stats = {}
     if params.get('label_type', 'multi') == 'single':
         cross_entropy = loss_lib.softmax_cross_entropy(labels, logits)
     else:
         cross_entropy, stats = loss_lib.multilabel_cross_entropy(
             labels, logits, params['mask_thres'], params['neg_select'],
             params['random_seed'], update=training)
-        for name, tensor in sorted(stats.items()):
-            tf.summary.histogram(name, tensor)
     # With several replicas the step's cross_entropy is the mean over their batches (the
     # loss of the global batch); the gradient comes from each replica's own.
     reported_cross_entropy = distribute.all_reduce_mean(cross_entropy)
@@ -415,6 +417,13 @@ def resnet_model_fn(features, labels, mode, params):
     trained = [v for v in tf.trainable_variables() if v not in frozen]
     # Frozen weights do not change, so their L2 term would only be a constant.
     loss = cross_entropy + loss_lib.l2_regularization(trained, params['weight_decay'])
+    # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
+    # even the one saved at the end) can hold the broken weights. The histograms, which
+    # reject NaN themselves, wait for this check: the same failure always gets its name.
+    finite = tf.debugging.check_numerics(loss, NON_FINITE_LOSS) if training else None
+    with tf.control_dependencies([finite] if training else []):
+        for name, tensor in sorted(stats.items()):
+            tf.summary.histogram(name, tf.identity(tensor))
     accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
     tf.summary.scalar('train_accuracy', accuracy[1])
 
@@ -428,9 +437,6 @@ def resnet_model_fn(features, labels, mode, params):
         tf.summary.scalar('learning_rate', lr)
         optimizer = tf.train.MomentumOptimizer(lr, momentum=params['opt_momentum'])
         optimizer = precision.wrap_optimizer(optimizer, dtype)
-        # A NaN/Inf loss fails the step before any variable changes, so no checkpoint
-        # (not even the one saved at the end) can hold the broken weights.
-        finite = tf.debugging.check_numerics(loss, NON_FINITE_LOSS)
         with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS) + [finite]):
             train_op = optimizer.minimize(loss, global_step, var_list=trained)
         logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
@@ -786,6 +792,34 @@ class StepTracker(tf.train.SessionRunHook):
         return None if self.last_step is None else self.last_step + 1
 
 
+class TestGateHook(tf.train.SessionRunHook):
+    """For the process tests only: with TRAIN_TEST_GATE=N:PATH in the environment, the
+    process holds before its own N-th step until PATH exists. A test that kills or
+    interrupts a run at step k < N thereby knows that work is left, whatever the machine's
+    speed; it creates PATH to let the run finish."""
+
+    ENV = 'TRAIN_TEST_GATE'
+
+    @classmethod
+    def from_environment(cls):
+        value = os.environ.get(cls.ENV)
+        if not value:
+            return None
+        step, path = value.split(':', 1)
+        return cls(int(step), path)
+
+    def __init__(self, step, path):
+        self._step, self._path, self._steps = step, path, 0
+
+    def before_run(self, run_context):
+        self._steps += 1
+        if self._steps == self._step:
+            tf.logging.info('test gate: holding before local step %d until %s exists',
+                            self._step, self._path)
+            while not os.path.exists(self._path):
+                time.sleep(0.05)
+
+
 def op_error_text(error):
     """The cause in a graph-mode OpError message, without TF 2.15's 'Graph execution
     error:' header, node names and stack traces."""
@@ -802,7 +836,7 @@ def describe_failure(error, f, step):
     kept = ('the last checkpoint %s is kept' % os.path.basename(last) if last
             else 'no checkpoint was written')
     at = ' at step %d' % step if step is not None else ''
-    if NON_FINITE_LOSS in error.message:
+    if NON_FINITE_LOSS in error.message or NON_FINITE_SUMMARY in error.message:
         return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
     if isinstance(error, tf.errors.DataLossError):
         return ('a shard is truncated or corrupt (%s)%s; find it with: python '
@@ -909,6 +943,9 @@ def train(f):
     estimator = make_estimator(f, data_format, warm_start, plan)
     tracker = StepTracker()
     hooks = [tracker, distribute.ThroughputHook(plan, f.log_interval)]
+    gate = TestGateHook.from_environment()
+    if gate:
+        hooks.append(gate)
     if plan.distribution == 'ps' and f.max_iter > 0:
         hooks.append(distribute.StopAtGlobalStepHook(f.max_iter))
     if estimator.params['legacy_counters']:

@@ -40,13 +40,19 @@ def tiny_flags(data, model_dir, max_iter, snapshot=100):
 
 class Launch(object):
     """The launcher as a subprocess; its output lines are collected, the PIDs it started
-    remembered; on_line(launch, line) may act on each line (e.g. kill a task)."""
+    remembered; on_line(launch, line) may act on each line (e.g. kill a task).
 
-    def __init__(self, args, on_line=None):
-        self.lines, self.pids = [], {}
+    gate: a path; every task then holds before its local step `gate_step` until the test
+    creates that file (open_gate), so a task is never done before the test has acted.
+    """
+
+    def __init__(self, args, on_line=None, gate=None, gate_step=3):
+        self.lines, self.pids, self.errors = [], {}, []
+        self.gate = gate
+        env = dict(ENV, TRAIN_TEST_GATE='%d:%s' % (gate_step, gate)) if gate else ENV
         self.process = subprocess.Popen(
             [sys.executable, os.path.join(ROOT, 'tools', 'launch_local_cluster.py')] + args,
-            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self._on_line = on_line
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -58,7 +64,15 @@ class Launch(object):
             if match and line.startswith(launcher.PROGRAM):
                 self.pids.setdefault(match.group(1), []).append(int(match.group(2)))
             if self._on_line:
-                self._on_line(self, line)
+                try:
+                    self._on_line(self, line)
+                except Exception as e:  # noqa: BLE001 -- reported by the test, not lost
+                    # The reader must go on draining the pipe, or the launcher blocks.
+                    self.errors.append(repr(e))
+
+    def open_gate(self):
+        with open(self.gate, 'w'):
+            pass
 
     def wait(self, timeout):
         try:
@@ -147,8 +161,17 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
     """Chief, worker, ps and an evaluator task that evaluates the final checkpoint."""
     model_dir = str(tmp_path / 'model')
     max_iter = 6
+    def open_gate_after_a_worker_step(launch, line):
+        # The chief holds before its second step until worker:0 has trained one: the
+        # Estimator starts a non-chief ps worker 5 s late, time enough for a fast chief to
+        # reach max_iter alone.
+        if line.startswith('[worker:0]') and step_lines(launch, 'worker:0'):
+            launch.open_gate()
+
     launch = Launch(['--workers', '2', '--ps', '1', '--evaluator', '--timeout', '400', '--']
-                    + tiny_flags(dataset, model_dir, max_iter) + ['--eval_throttle_secs=1'])
+                    + tiny_flags(dataset, model_dir, max_iter) + ['--eval_throttle_secs=1'],
+                    on_line=open_gate_after_a_worker_step, gate=str(tmp_path / 'gate'),
+                    gate_step=2)
     assert launch.wait(500) == 0, launch.text[-4000:]
     # The chief's final checkpoint; asynchronous workers may add one step in flight.
     values = checkpoint(model_dir)
@@ -189,14 +212,21 @@ def step_lines(launch, task):
     return [l for l in launch.task_lines(task) if re.search(r'step \d+: ', l)]
 
 
-def kill_worker_after_its_second_step(killed):
-    """An on_line callback that SIGKILLs worker:0 once, after its second logged step, and
-    appends the killed PID to `killed`."""
+def kill_worker_then_open_gate(killed, restarted_steps=0):
+    """An on_line callback for a gated launch (tasks hold before their third step): it
+    SIGKILLs worker:0 once, after its second logged step -- the worker is alive with work
+    left, held at the gate at the latest -- and appends the PID to `killed`; it opens the
+    gate once the launcher has restarted the worker and the new one has logged
+    `restarted_steps` steps."""
     def on_line(launch, line):
         if not killed and line.startswith('[worker:0]') and \
                 len(step_lines(launch, 'worker:0')) >= 2:
             killed.append(launch.pids['worker:0'][-1])
             os.kill(killed[-1], signal.SIGKILL)
+        elif killed and len(launch.pids.get('worker:0', [])) == 2 and \
+                not os.path.exists(launch.gate) and \
+                len(step_lines(launch, 'worker:0')) >= 2 + restarted_steps:
+            launch.open_gate()
     return on_line
 
 
@@ -212,9 +242,9 @@ def test_collective_two_workers_survive_a_kill_and_end_with_identical_weights(da
 
     launch = Launch(['--workers', '2', '--distribution', 'collective', '--timeout', '400',
                      '--'] + tiny_flags(dataset, model_dir, max_iter),
-                    on_line=kill_worker_after_its_second_step(killed))
+                    on_line=kill_worker_then_open_gate(killed), gate=str(tmp_path / 'gate'))
     assert launch.wait(500) == 0, launch.text[-4000:]
-    assert killed, launch.text[-4000:]
+    assert killed and not launch.errors, (launch.errors, launch.text[-4000:])
     assert ('worker:0 killed by signal 9; restarting every training task with the same '
             'TF_CONFIG') in launch.text
     assert len(launch.pids['chief:0']) == len(launch.pids['worker:0']) == 2
@@ -237,11 +267,15 @@ def test_a_worker_killed_mid_run_is_restarted_and_the_job_finishes(dataset, tmp_
     max_iter = 40
     killed = []
 
+    # The chief holds before its third step until the restarted worker has trained: the
+    # kill lands with work left and the restarted worker has steps to take.
     launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '400', '--']
                     + tiny_flags(dataset, model_dir, max_iter, snapshot=10),
-                    on_line=kill_worker_after_its_second_step(killed))
+                    on_line=kill_worker_then_open_gate(killed, restarted_steps=1),
+                    gate=str(tmp_path / 'gate'))
     assert launch.wait(500) == 0, launch.text[-4000:]
-    assert killed and len(launch.pids['worker:0']) == 2, launch.text[-4000:]
+    assert killed and not launch.errors, (launch.errors, launch.text[-4000:])
+    assert len(launch.pids['worker:0']) == 2, launch.text[-4000:]
     assert 'worker:0 killed by signal 9; restarting it with the same TF_CONFIG' in launch.text
     # The restarted worker came back as worker 1 of 2 with the same files, and finished.
     assert files_read(launch.task_lines('worker:0')) == [

@@ -1,7 +1,9 @@
 """--mode=eval and --mode=train_and_eval end to end, and their bad input."""
 import os
 
+import numpy as np
 import pytest
+import tensorflow.compat.v1 as tf
 
 from test_train import CLASSES, run_train, small_run_flags, write_dataset
 
@@ -57,10 +59,28 @@ def test_eval_mode_on_the_whole_split_and_a_given_checkpoint(trained):
     assert result.returncode == 0 and 'evaluated %s (global step 1)' % first in result.stderr
 
 
+def overwrite_checkpoint_value(path, name, value):
+    """Rewrites checkpoint `path` with variable `name` set to `value` (same shape)."""
+    reader = tf.train.load_checkpoint(path)
+    with tf.Graph().as_default():
+        variables = {}
+        for key in reader.get_variable_to_shape_map():
+            tensor = reader.get_tensor(key)
+            if key == name:
+                tensor = np.full_like(tensor, value)
+            variables[key] = tf.Variable(tensor, name='v%d' % len(variables))
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver(variables).save(session, path, write_meta_graph=False)
+
+
 def test_eval_of_a_model_that_outputs_nan_says_so(trained, tmp_path):
     data, _, _ = trained
     model_dir = str(tmp_path / 'model')
     assert run_train(*small_run_flags(data, model_dir, 1)).returncode == 0
+    # A model whose output is NaN by construction (a NaN logit bias), on any CPU.
+    overwrite_checkpoint_value(tf.train.latest_checkpoint(model_dir), 'logits/dense/bias',
+                               np.nan)
     result = run_train(*small_run_flags(data, model_dir, 1), '--mode=eval')
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and 'NaN or Inf in inference mode' in last, last

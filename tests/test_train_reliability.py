@@ -2,7 +2,6 @@
 import io
 import os
 import re
-import random
 import signal
 import subprocess
 import sys
@@ -121,23 +120,56 @@ def test_truncated_shard_points_to_the_checker(good_data, tmp_path):
     assert 'truncated or corrupt' in last and 'check_tfrecords.py' in last, last
 
 
-def test_killed_five_times_at_random_moments_ends_at_max_iter(good_data, tmp_path):
-    """SIGKILL during start-up, steps and checkpoint saves; every checkpoint stays loadable
-    with counters that match its step (class 0 is in every batch: pos_count[0] == step)."""
+# The five kills of the test below: the line that triggers each. Every run holds before
+# its local step 10 (TRAIN_TEST_GATE with a file that never appears), so a kill lands with
+# work left whatever the machine's speed: at most 9 steps a run, 36 in all, short of 40.
+KILL_EVENTS = [
+    'training to global step',        # start-up, before the session exists
+    'Saving checkpoints for',         # a checkpoint being written (snapshot every 3 steps)
+    ' step 4: ',                      # between steps (logged every 4)
+    'Saving checkpoints for',
+    ' step 8: ',
+]
+
+
+def run_until(flags, event, gate):
+    """Runs train.py until a stderr line contains `event`, then SIGKILLs it; returns
+    whether the event came (False: the process ended first) and the lines read."""
+    env = dict(ENV, TRAIN_TEST_GATE='10:' + gate)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'train.py')] + flags,
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if event in line:
+                proc.send_signal(signal.SIGKILL)
+                return True, lines
+        return False, lines
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+def test_killed_five_times_at_chosen_events_ends_at_max_iter(good_data, tmp_path):
+    """SIGKILL at start-up, between steps and while checkpoints are saved; every checkpoint
+    stays loadable with counters that match its step (class 0 is in every batch:
+    pos_count[0] == step), and the last run resumes to max_iter."""
     model_dir = str(tmp_path / 'model')
     flags = small_run_flags(good_data, model_dir, 40)
     flags[flags.index('--snapshot=100')] = '--snapshot=3'
     # Restarts are not aligned with the log interval: the log of the last step must not
     # run the graph again (that would advance the counters past the step).
     flags[flags.index('--log_interval=1')] = '--log_interval=4'
-    rng = random.Random(7)
-    for attempt in range(5):
-        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'train.py')] + flags,
-                                cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(3, 16))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    steps_before = []
+    for event in KILL_EVENTS:
+        came, lines = run_until(flags, event, str(tmp_path / 'never'))
+        assert came, (event, ''.join(lines[-30:]))
+        steps_before.append(latest_step(model_dir))
+    # The kills landed inside the run: progress was made and work was left.
+    assert 0 < steps_before[-1] < 40, steps_before
     final = run_train(*flags)
     assert final.returncode == 0, final.stderr[-3000:]
     assert latest_step(model_dir) == 40
@@ -152,14 +184,19 @@ def test_killed_five_times_at_random_moments_ends_at_max_iter(good_data, tmp_pat
 
 
 def test_record_builder_killed_mid_run_resumes(tmp_path):
+    """Image 5 is a named pipe with no writer: reading it blocks, so shard 5 (lines 5, 11,
+    ... of 6 round-robin shards) cannot finish while shards 0-4 can. The builder is killed
+    once a shard is complete; the rerun, with the image in place, writes the rest."""
     rng = np.random.default_rng(0)
     images = tmp_path / 'images'
     images.mkdir()
     lines = []
     for i in range(240):
-        Image.fromarray(rng.integers(0, 255, (64, 64, 3)).astype(np.uint8)).save(
-            str(images / ('%d.jpg' % i)))
+        if i != 5:
+            Image.fromarray(rng.integers(0, 255, (64, 64, 3)).astype(np.uint8)).save(
+                str(images / ('%d.jpg' % i)))
         lines.append('%d.jpg %d:1' % (i, i % CLASSES))
+    os.mkfifo(str(images / '5.jpg'))
     (tmp_path / 'list.txt').write_text('\n'.join(lines) + '\n')
     cmd = [sys.executable, os.path.join(ROOT, 'tools', 'make_tfrecords.py'), '--out_dir',
            str(tmp_path / 'out'), '--image_root', str(images), '--class_num', str(CLASSES),
@@ -167,16 +204,27 @@ def test_record_builder_killed_mid_run_resumes(tmp_path):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     train_dir = tmp_path / 'out' / 'train'
-    deadline = time.time() + 120
-    while time.time() < deadline and not list(train_dir.glob('*.tfrecords')):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        # The event: a finished shard appears. The pipe keeps the builder alive meanwhile;
+        # the deadline only bounds a broken run.
+        deadline = time.monotonic() + 300
+        while not list(train_dir.glob('*.tfrecords')) and proc.poll() is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, 'the builder ended (status %s)' % proc.returncode
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     finished = sorted(p.name for p in train_dir.glob('*.tfrecords'))
-    assert 0 < len(finished) < 6
+    assert 0 < len(finished) < 6 and '5.tfrecords' not in finished, finished
     for p in train_dir.glob('*.tfrecords'):  # what exists is complete
         assert sum(1 for _ in tf.io.tf_record_iterator(str(p))) == 40
-    assert subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True).returncode == 0
+    os.remove(str(images / '5.jpg'))
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3)).astype(np.uint8)).save(
+        str(images / '5.jpg'))
+    rerun = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert 'skipping existing shard %s' % finished[0] in rerun.stderr
     names = set()
     for p in train_dir.glob('*.tfrecords'):
         for record in tf.io.tf_record_iterator(str(p)):

@@ -1,0 +1,174 @@
+"""train.py's numbers against references computed here in numpy, independently of the
+model code: the learning rate of every step in TensorBoard against the schedule formula,
+loss - cross_entropy against weight_decay x L2 of the step's weights, --mask_thres and
+--neg_select in the loss counters, NCHW against NHWC, bf16 convolutions, and the demo."""
+import glob
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import resnet
+from test_train import CLASSES, ENV, ROOT, run_train, scalar_tags, small_run_flags, \
+    write_dataset
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory):
+    return write_dataset(str(tmp_path_factory.mktemp('refs')))
+
+
+def schedule(step, lr, lr_decay_step, lr_decay_factor, warmup, lr_warmup,
+             lr_warmup_decay_step, lr_warmup_decay_factor):
+    """The original's schedule written out: the warm-up staircase while step < warmup,
+    then lr x factor^k with k = how many of lr_decay_step x 1..4 the step is past."""
+    if step < warmup:
+        return lr_warmup * lr_warmup_decay_factor ** math.floor(step / lr_warmup_decay_step)
+    passed = sum(step > lr_decay_step * k for k in range(1, 5)) if lr_decay_step else 0
+    return lr * lr_decay_factor ** passed
+
+
+def l2_of_checkpoint(path):
+    """sum(v^2)/2 over the checkpoint's trainable weights, batch norm excluded: conv and
+    dense kernels and the dense bias (no slot, counter or moving statistic)."""
+    reader = tf.train.load_checkpoint(path)
+    total = 0.0
+    for name in reader.get_variable_to_shape_map():
+        if name.endswith(('kernel', 'bias')) and 'batch_normalization' not in name:
+            total += np.sum(reader.get_tensor(name).astype(np.float64) ** 2) / 2
+    return total
+
+
+@pytest.mark.slow
+def test_learning_rate_and_l2_term_of_every_step(dataset, tmp_path):
+    model_dir = str(tmp_path / 'model')
+    rule = dict(lr=0.1, lr_decay_step=3, lr_decay_factor=0.5, warmup=4, lr_warmup=0.01,
+                lr_warmup_decay_step=2, lr_warmup_decay_factor=3.0)
+    steps, weight_decay = 16, 0.01
+    result = run_train(*small_run_flags(dataset, model_dir, steps), '--resnet_size=18',
+                       '--snapshot=1', '--max_to_keep=%d' % (steps + 1),
+                       '--summary_interval=1', '--weight_decay=%g' % weight_decay,
+                       *['--%s=%g' % item for item in rule.items()])
+    assert result.returncode == 0, result.stderr[-3000:]
+    scalars = scalar_tags(model_dir)
+    # The summary of step t is computed in the run that takes global step t-1 to t.
+    logged = dict(scalars['learning_rate'])
+    assert sorted(logged) == list(range(1, steps + 1))
+    for t, value in logged.items():
+        assert value == pytest.approx(schedule(t - 1, **rule), rel=1e-6), t
+    loss, ce = dict(scalars['loss']), dict(scalars['cross_entropy'])
+    for t in range(1, steps + 1):
+        want = weight_decay * l2_of_checkpoint(os.path.join(model_dir, 'model.ckpt-%d' % (t - 1)))
+        # float32 sums over ~11 M squares: 1e-4 relative.
+        assert loss[t] - ce[t] == pytest.approx(want, rel=1e-4, abs=1e-4 * ce[t]), t
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('mask_thres,neg_select', [(0.9, 0.0), (0.7, 1.0)])
+def test_mask_thres_and_neg_select_reach_the_loss_counters(dataset, tmp_path, mask_thres,
+                                                           neg_select):
+    """Every image is labelled 0:1, one of 1/2 at 0.8, 3 as -1 (ignored), 4 at 1.0 or not.
+    After one step: a class is positive iff some label >= mask_thres, so the 0.8 labels
+    count at 0.7 and not at 0.9; a class without positive is selected as a negative iff
+    u <= neg_select (never at 0, always at 1)."""
+    model_dir = str(tmp_path / 'model')
+    result = run_train(*small_run_flags(dataset, model_dir, 1), '--resnet_size=18',
+                       '--mask_thres=%g' % mask_thres, '--neg_select=%g' % neg_select)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    pos, neg = reader.get_tensor('pos_count'), reader.get_tensor('neg_count')
+    assert pos[0] == 1 and pos[3] == 0
+    soft_positive = pos[1] + pos[2]
+    if mask_thres > 0.8:
+        assert soft_positive == 0
+    else:
+        assert soft_positive >= 1  # each image carries one of them
+    assert np.all(pos + neg <= 1)
+    np.testing.assert_array_equal(neg, (pos == 0) * (1 if neg_select >= 1 else 0))
+
+
+def build_logits(data_format, images):
+    with tf.Graph().as_default() as graph:
+        tf.set_random_seed(0)
+        model = resnet.ResNet(18, CLASSES, data_format, 0.9, 1e-5)
+        logits = model(tf.constant(images), False)
+        with tf.Session(graph=graph) as session:
+            session.run(tf.global_variables_initializer())
+            values = {v.op.name: session.run(v) for v in tf.global_variables()}
+    return graph, logits, values
+
+
+def test_nchw_and_nhwc_compute_the_same_logits_from_the_same_weights():
+    """Both layouts built with the same weights. On a CPU without NCHW kernels (TensorFlow
+    has them only with oneDNN), the NCHW graph is checked by its ops instead."""
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    nhwc_graph, nhwc_logits, weights = build_logits('channels_last', images)
+    with tf.Graph().as_default():
+        model = resnet.ResNet(18, CLASSES, 'channels_first', 0.9, 1e-5)
+        logits = model(tf.constant(images), False)
+        graph = tf.get_default_graph()
+        convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
+        assert convs and all(op.get_attr('data_format') == b'NCHW' for op in convs)
+        assign = [v.assign(weights[v.op.name]) for v in tf.global_variables()]
+        with tf.Session() as session:
+            session.run(assign)
+            try:
+                got = session.run(logits)
+            except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as e:
+                pytest.skip('this CPU build runs no NCHW convolution: %s' % str(e)[:120])
+    with tf.Session(graph=nhwc_graph) as session:
+        session.run([v.assign(weights[v.op.name]) for v in
+                     nhwc_graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)])
+        want = session.run(nhwc_logits)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)))
+
+
+def test_bf16_runs_every_convolution_and_matmul_in_bfloat16():
+    import precision
+    with tf.Graph().as_default() as graph:
+        model = resnet.ResNet(18, CLASSES, 'channels_last', 0.9, 1e-5)
+        images = tf.zeros([2, 32, 32, 3])
+        with precision.model_scope('bf16'):
+            logits = precision.float32(model(precision.model_input(images, 'bf16'), True))
+        ops = graph.get_operations()
+        heavy = [op for op in ops if op.type in ('Conv2D', 'MatMul')]
+        # ResNet-18: the stem, 8 blocks of two, a projection shortcut in each of 4 stages
+        assert len([op for op in heavy if op.type == 'Conv2D']) == 21
+        assert all(op.get_attr('T') == tf.bfloat16 for op in heavy), \
+            [(op.name, op.get_attr('T')) for op in heavy if op.get_attr('T') != tf.bfloat16]
+        assert logits.dtype == tf.float32
+        assert all(v.dtype.base_dtype == tf.float32 for v in tf.global_variables())
+
+
+@pytest.mark.slow
+def test_demo_command_reports_writes_its_files_and_resumes(tmp_path):
+    """The README's headline command at a few steps and small images."""
+    demo_dir = str(tmp_path / 'demo')
+    args = [sys.executable, os.path.join(ROOT, 'train.py'), '--demo', '--demo_dir=' + demo_dir,
+            '--max_iter=3', '--image_size=32', '--batch_size=4', '--log_interval=1']
+    first = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True,
+                           timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert re.search(r'demo: weighted cross_entropy, mean of the last 10% of 3 logged steps '
+                     r'/ first 10%: [0-9.]+ \((learned|NOT learned)\)', first.stdout), first.stdout
+    assert re.search(r'demo: validation mAP [0-9.]+ \(label-frequency baseline [0-9.]+\), '
+                     r'precision@1 [0-9.]+ \(baseline [0-9.]+\)', first.stdout), first.stdout
+    for pattern in ('images/train_00000.jpg', 'train_list.txt', 'val_list.txt',
+                    'dictionary.txt', 'data/train/*.tfrecords', 'data/val/*.tfrecords',
+                    'model/checkpoint', 'model/model.ckpt-3.index',
+                    'model/events.out.tfevents.*', 'log/train.log'):
+        assert glob.glob(os.path.join(demo_dir, pattern)), pattern
+    assert len(glob.glob(os.path.join(demo_dir, 'images', '*.jpg'))) == 2800
+    second = subprocess.run(args[:-3] + ['--max_iter=4', '--image_size=32', '--batch_size=4',
+                                         '--log_interval=1'],
+                            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert 'demo: using the existing dataset' in second.stdout
+    # It resumed from step 3: one step more, not four.
+    assert re.search(r'step 4: ', second.stderr) and not re.search(r'step 1: ', second.stderr)
+    assert tf.train.latest_checkpoint(os.path.join(demo_dir, 'model')).endswith('-4')
