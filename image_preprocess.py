@@ -5,7 +5,9 @@ Training: a random crop that covers at least `object_cover` of the image and
 images, then a per-image draw `thread_id` in {0, 1, 2} picks the extra distortions:
 rotation (|angle| <= 45 deg) and colour ordering 0 for thread_id 0, colour ordering 1 for
 thread_id 1, none for 2.
-Evaluation: the central 80 % of the image, resized.
+Evaluation: the central 80 % of the image, resized. The window is TF 1.x's central_crop,
+which took the fraction as a double: top = int((H - H * 0.8) / 2), height H - 2 * top
+(a 500-pixel side keeps 400 from 50 on; TF 2's float32 fraction keeps 402).
 Both end in [-1, 1] with shape [size, size, 3]. Functions take explicit arguments.
 
 What the input pipeline runs (preprocess_encoded), cheapest first: the crop window is
@@ -137,10 +139,12 @@ def crop_window(image_shape, object_cover, area_cover):
 
 
 def central_window(image_shape, fraction=CENTRAL_FRACTION):
-    """The window tf.image.central_crop(image, fraction) keeps of a decoded image (one of
-    unknown static shape), from the shape alone. Like central_crop, the fraction goes
-    through float32 first: 80 % of a 50-pixel side starts at 4 and keeps 42 pixels."""
-    fraction = tf.cast(tf.constant(fraction, tf.float32), tf.float64)
+    """(begin, size) of TF 1.x's central_crop(image, fraction) from the shape [H, W, C]:
+    top = int((H - H * fraction) / 2) in double precision, height H - 2 * top (likewise
+    for the width). TF 2 casts a fraction given as a Python float to float32 for images of
+    unknown shape: 80 % of a 500-pixel side then starts at 49 and keeps 402 pixels, of a
+    50-pixel side at 4 keeping 42, where TF 1.x (the original's evaluation) keeps 400, 40."""
+    fraction = tf.constant(fraction, tf.float64)
     height, width = tf.cast(image_shape[0], tf.float64), tf.cast(image_shape[1], tf.float64)
     top = tf.cast((height - height * fraction) / 2, tf.int32)
     left = tf.cast((width - width * fraction) / 2, tf.int32)
@@ -148,6 +152,12 @@ def central_window(image_shape, fraction=CENTRAL_FRACTION):
     size = tf.stack([tf.cast(image_shape[0], tf.int32) - 2 * top,
                      tf.cast(image_shape[1], tf.int32) - 2 * left, -1])
     return begin, size
+
+
+def central_crop_tf1(image, fraction):
+    """The central `fraction` of an [H, W, C] image with TF 1.x's window (central_window)."""
+    begin, size = central_window(tf.shape(image), fraction)
+    return tf.slice(image, begin, size)
 
 
 def decode_window(encoded, window_fn):
@@ -231,9 +241,9 @@ def augment_image(image, rotate=rotate_images):
 
 
 def eval_image(image, height, width):
-    """Central 80 % crop, bilinear resize to [height, width]."""
+    """Central 80 % crop (TF 1.x's window), bilinear resize to [height, width]."""
     with tf.name_scope('eval_image'):
-        image = tf.image.central_crop(image, central_fraction=CENTRAL_FRACTION)
+        image = central_crop_tf1(image, CENTRAL_FRACTION)
         image = tf.image.resize(image, [height, width], method='bilinear')
         image.set_shape([height, width, 3])
         return image
