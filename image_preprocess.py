@@ -5,7 +5,9 @@ Training: a random crop that covers at least `object_cover` of the image and
 images, then a per-image draw `thread_id` in {0, 1, 2} picks the extra distortions:
 rotation (|angle| <= 45 deg) and colour ordering 0 for thread_id 0, colour ordering 1 for
 thread_id 1, none for 2.
-Evaluation: the central 80 % of the image, resized.
+Evaluation: the central 80 % of the image, resized. The window is TF 1.x's central_crop,
+which took the fraction as a double: top = int((H - H * 0.8) / 2), height H - 2 * top
+(a 500-pixel side keeps 400 from 50 on; TF 2's float32 fraction keeps 402).
 Both end in [-1, 1] with shape [size, size, 3]. Functions take explicit arguments.
 
 What the input pipeline runs (preprocess_encoded), cheapest first: the crop window is
@@ -16,6 +18,15 @@ conversion comes after the resize. Then either the rest of SPEC section 3 per im
 batched on the training device (network_input -> augment_batch: the same distribution,
 every image drawing its own parameters). preprocess_image / distort_image are SPEC's
 float-first order, kept as the reference the tests compare with.
+
+Inference as the original's extract_feature.py / image_classification.py (preprocess(img,
+'center'), OpenCV), for a network size S (224 there; other sizes scale the 256):
+  side    = round(256 * S / 224)
+  resized = cv2.resize to shorter side `side`, longer int(long / short * side), INTER_LINEAR
+            on uint8: half-pixel centres, no antialiasing, OpenCV's fixed-point weights and
+            rounding (opencv_resize_window), so the result is uint8 like OpenCV's
+  crop    = S x S at top = (newH - S) // 2, left = (newW - S) // 2
+  input   = (crop / 255 - 0.5) * 2
 """
 import math
 
@@ -137,10 +148,12 @@ def crop_window(image_shape, object_cover, area_cover):
 
 
 def central_window(image_shape, fraction=CENTRAL_FRACTION):
-    """The window tf.image.central_crop(image, fraction) keeps of a decoded image (one of
-    unknown static shape), from the shape alone. Like central_crop, the fraction goes
-    through float32 first: 80 % of a 50-pixel side starts at 4 and keeps 42 pixels."""
-    fraction = tf.cast(tf.constant(fraction, tf.float32), tf.float64)
+    """(begin, size) of TF 1.x's central_crop(image, fraction) from the shape [H, W, C]:
+    top = int((H - H * fraction) / 2) in double precision, height H - 2 * top (likewise
+    for the width). TF 2 casts a fraction given as a Python float to float32 for images of
+    unknown shape: 80 % of a 500-pixel side then starts at 49 and keeps 402 pixels, of a
+    50-pixel side at 4 keeping 42, where TF 1.x (the original's evaluation) keeps 400, 40."""
+    fraction = tf.constant(fraction, tf.float64)
     height, width = tf.cast(image_shape[0], tf.float64), tf.cast(image_shape[1], tf.float64)
     top = tf.cast((height - height * fraction) / 2, tf.int32)
     left = tf.cast((width - width * fraction) / 2, tf.int32)
@@ -148,6 +161,12 @@ def central_window(image_shape, fraction=CENTRAL_FRACTION):
     size = tf.stack([tf.cast(image_shape[0], tf.int32) - 2 * top,
                      tf.cast(image_shape[1], tf.int32) - 2 * left, -1])
     return begin, size
+
+
+def central_crop_tf1(image, fraction):
+    """The central `fraction` of an [H, W, C] image with TF 1.x's window (central_window)."""
+    begin, size = central_window(tf.shape(image), fraction)
+    return tf.slice(image, begin, size)
 
 
 def decode_window(encoded, window_fn):
@@ -231,9 +250,9 @@ def augment_image(image, rotate=rotate_images):
 
 
 def eval_image(image, height, width):
-    """Central 80 % crop, bilinear resize to [height, width]."""
+    """Central 80 % crop (TF 1.x's window), bilinear resize to [height, width]."""
     with tf.name_scope('eval_image'):
-        image = tf.image.central_crop(image, central_fraction=CENTRAL_FRACTION)
+        image = central_crop_tf1(image, CENTRAL_FRACTION)
         image = tf.image.resize(image, [height, width], method='bilinear')
         image.set_shape([height, width, 3])
         return image
@@ -251,6 +270,99 @@ def preprocess_image(image, image_size, is_training, object_cover=0.7, area_cove
     else:
         image = eval_image(image, image_size, image_size)
     return tf.reshape(to_network_range(image), [image_size, image_size, 3])
+
+
+# ------------------------------------------------------ the original's inference (OpenCV)
+
+INFERENCE_SIZE = 224
+INFERENCE_SIDE = 256
+# OpenCV's INTER_LINEAR on uint8 works with weights in units of 1/2048.
+_CV_WEIGHT_ONE = 2048.0
+
+
+def inference_resize_side(image_size):
+    """round(256 * image_size / 224): 256 for 224 (8 S / 7 is never a half-integer)."""
+    return int(round(INFERENCE_SIDE * image_size / float(INFERENCE_SIZE)))
+
+
+def shorter_side_shape(height, width, side):
+    """(newH, newW) with the shorter side `side` and the longer int(long / short * side),
+    in double precision as the original's Python floats (a square gets side x side)."""
+    h, w = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
+    side_f = tf.constant(float(side), tf.float64)
+    new_h = tf.where(h <= w, side_f, h / w * side_f)
+    new_w = tf.where(h <= w, w / h * side_f, side_f)
+    return tf.cast(new_h, tf.int32), tf.cast(new_w, tf.int32)
+
+
+def _cv_linear_taps(src, dst, start, count, clamp_weights):
+    """Source indices and integer weights of output pixels start .. start + count - 1 of a
+    src -> dst INTER_LINEAR resize along one axis, as OpenCV computes them:
+      f = float32((d + 0.5) * (1 / (dst / src)) - 0.5) (double, then float),
+      i = floor(f), t = f - i (float32),
+      weights round((1 - t) * 2048), round(t * 2048) (half to even),
+      taps i, i + 1 clamped to [0, src - 1].
+    Horizontally (clamp_weights) a tap outside the image also sets t = 0 and i to the edge;
+    vertically OpenCV keeps t, so both taps read the edge row with the weights split.
+    """
+    src_f, dst_f = tf.cast(src, tf.float64), tf.cast(dst, tf.float64)
+    d = tf.cast(tf.range(start, start + count), tf.float64)
+    f = tf.cast((d + 0.5) * (1.0 / (dst_f / src_f)) - 0.5, tf.float32)
+    i = tf.floor(f)
+    t = f - i
+    i = tf.cast(i, tf.int32)
+    if clamp_weights:
+        outside = (i < 0) | (i >= src - 1)
+        t = tf.where(outside, tf.zeros_like(t), t)
+        i = tf.where(i < 0, tf.zeros_like(i), i)
+    w0 = tf.cast(tf.round((1.0 - t) * _CV_WEIGHT_ONE), tf.int32)
+    w1 = tf.cast(tf.round(t * _CV_WEIGHT_ONE), tf.int32)
+    return (tf.clip_by_value(i, 0, src - 1), tf.clip_by_value(i + 1, 0, src - 1), w0, w1)
+
+
+def opencv_resize_window(image, new_height, new_width, top, left, size):
+    """The size x size window at (top, left) of cv2.resize(image, (new_width, new_height))
+    with the default INTER_LINEAR, for a uint8 [H, W, C] image; uint8 like OpenCV's.
+
+    OpenCV's fixed-point arithmetic: a row pass sums exactly in int32,
+      r = p[x0] * a0 + p[x1] * a1,
+    then the column pass as its SIMD code does (dropping low bits at each shift):
+      out = (((r0 >> 4) * b0 >> 16) + ((r1 >> 4) * b1 >> 16) + 2) >> 2, saturated to uint8.
+    Only the window's output pixels are computed. (An exact 2x reduction, which OpenCV
+    hands to INTER_AREA, averages 2 x 2 pixels with the same result.)
+    """
+    shape = tf.shape(image)
+    y0, y1, b0, b1 = _cv_linear_taps(shape[0], new_height, top, size, clamp_weights=False)
+    x0, x1, a0, a1 = _cv_linear_taps(shape[1], new_width, left, size, clamp_weights=True)
+    a0, a1 = a0[tf.newaxis, :, tf.newaxis], a1[tf.newaxis, :, tf.newaxis]
+    b0, b1 = b0[:, tf.newaxis, tf.newaxis], b1[:, tf.newaxis, tf.newaxis]
+
+    def row_pass(rows):
+        rows = tf.cast(tf.gather(image, rows), tf.int32)
+        return tf.gather(rows, x0, axis=1) * a0 + tf.gather(rows, x1, axis=1) * a1
+
+    shift = tf.bitwise.right_shift
+    r0, r1 = shift(row_pass(y0), 4), shift(row_pass(y1), 4)
+    out = shift(shift(r0 * b0, 16) + shift(r1 * b1, 16) + 2, 2)
+    return tf.cast(tf.clip_by_value(out, 0, 255), tf.uint8)
+
+
+def original_inference_image(image, image_size=INFERENCE_SIZE):
+    """Decoded uint8 RGB [H, W, 3] (any size) -> float32 [S, S, 3] in [-1, 1], the original's
+    inference preprocessing (module docstring): shorter side resized to
+    inference_resize_side(S) with OpenCV's bilinear, the central S x S, (x / 255 - 0.5) * 2
+    (in double, as the original's numpy, then float32)."""
+    with tf.name_scope('original_inference_image'):
+        shape = tf.shape(image)
+        new_h, new_w = shorter_side_shape(shape[0], shape[1], inference_resize_side(image_size))
+        # = the original's int((newH - S) / 2) on the unrounded newH, as floor(x / 2)
+        # = floor(floor(x) / 2) for x >= 0
+        top, left = (new_h - image_size) // 2, (new_w - image_size) // 2
+        crop = opencv_resize_window(image, new_h, new_w, top, left, image_size)
+        crop = tf.cast(crop, tf.float64) / 255.0
+        crop = tf.cast((crop - 0.5) * 2.0, tf.float32)
+        crop.set_shape([image_size, image_size, 3])
+        return crop
 
 
 # ------------------------------------------------------------------ batched augmentation

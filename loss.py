@@ -9,6 +9,12 @@ Per class c and step, with labels y [B, C] and logits x [B, C]:
           + (1 - pos_c) * sel_c * w(-log10((8 + neg_count_c) / 10), 0.001)  (class_coefficients)
   cross_entropy = sum_c mean_b(ce[b, c] * mask[b, c]) * coef_c
 where ce is sigmoid cross-entropy with positive weight 12 and mask drops labels equal to -1.
+
+L2 terms, l2_loss(v) = sum(v^2) / 2:
+  pre-training  weight_decay * sum l2_loss(v), v not batch norm               (l2_regularization)
+  fine-tuning   weight_decay * sum l2_loss(v), 'bn' not in v's name
+              + bn_weight_decay * weight_decay * sum l2_loss(v), 'bn' in v's name
+                (the original's finetune.py: bn_weight_decay 0.1)             (weight_decay_loss)
 The counters are non-trainable variables `pos_count` and `neg_count` (the original left them
 unnamed: `Variable`, `Variable_1`), saved in every checkpoint so a resumed run continues
 the same streaks.
@@ -111,6 +117,21 @@ def l2_regularization(variables, weight_decay):
     """weight_decay * sum(l2_loss(v)) over variables not under batch_normalization."""
     return weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in variables
                                     if 'batch_normalization' not in v.name])
+
+
+def weight_decay_loss(variables, weight_decay, bn_weight_decay=0.0):
+    """weight_decay * sum(l2_loss(v)) over v whose name lacks 'bn'
+    + bn_weight_decay * weight_decay * sum(l2_loss(v)) over v whose name has 'bn'.
+
+    Names are matched on 'bn' as the original fine-tuning did; in this model those are
+    exactly the batch-norm gamma/beta, so bn_weight_decay=0 is l2_regularization's term.
+    """
+    loss = weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in variables if 'bn' not in v.name])
+    if bn_weight_decay:
+        # One Python product, as the original's 0.1 * FLAGS.weight_decay.
+        loss += (bn_weight_decay * weight_decay) * tf.add_n(
+            [tf.nn.l2_loss(v) for v in variables if 'bn' in v.name])
+    return loss
 
 
 def multilabel_cross_entropy(labels, logits, mask_thres, neg_select, seed, update=True):

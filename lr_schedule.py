@@ -1,5 +1,13 @@
-"""The learning-rate schedule of ML-Images (SPEC section 6): a staircase warm-up, then
-piecewise-constant decay. Kept apart from the loss because it depends only on the step.
+"""The learning-rate schedules of ML-Images. Kept apart from the loss because they depend
+only on the step.
+
+Pre-training (the original's train.py), with D = lr_decay_step and f = lr_decay_factor:
+  piecewise:   lr * f^k  for  k*D < step <= (k+1)*D, k capped at 4 (k = 0 up to step D)
+  warm-up:     lr_warmup * lr_warmup_decay_factor^floor(step / lr_warmup_decay_step)
+               while step < warmup
+Fine-tuning (the original's finetune.py, TF's exponential_decay with staircase=True):
+  exponential: lr * f^floor(step / D)   -- no cap, the first decay at step == D, no warm-up
+D = 0 means no decay for both schedules.
 """
 import tensorflow.compat.v1 as tf
 
@@ -31,6 +39,21 @@ def piecewise_learning_rate(global_step, lr, lr_decay_step, lr_decay_factor):
                                        values)
 
 
+def exponential_learning_rate(global_step, lr, lr_decay_step, lr_decay_factor):
+    """lr * lr_decay_factor ** floor(global_step / lr_decay_step); constant lr if no decay.
+
+    tf.train.exponential_decay(staircase=True) itself, so the float32 arithmetic is the
+    original fine-tuning's.
+    """
+    if not lr_decay_step:
+        return tf.constant(lr, tf.float32)
+    return tf.train.exponential_decay(lr, global_step, lr_decay_step, lr_decay_factor,
+                                      staircase=True)
+
+
+SCHEDULES = {'piecewise': piecewise_learning_rate, 'exponential': exponential_learning_rate}
+
+
 def warmup_learning_rate(global_step, lr_warmup, lr_warmup_decay_step, lr_warmup_decay_factor):
     """lr_warmup * lr_warmup_decay_factor ** floor(step / lr_warmup_decay_step)."""
     stairs = tf.floor(tf.cast(global_step, tf.float32) / float(lr_warmup_decay_step))
@@ -38,11 +61,16 @@ def warmup_learning_rate(global_step, lr_warmup, lr_warmup_decay_step, lr_warmup
 
 
 def learning_rate(global_step, lr, lr_decay_step=0, lr_decay_factor=0.1, warmup=0,
-                  lr_warmup=0.1, lr_warmup_decay_step=0, lr_warmup_decay_factor=1.414):
-    """The warm-up rate while global_step < warmup, the piecewise-constant rate after."""
+                  lr_warmup=0.1, lr_warmup_decay_step=0, lr_warmup_decay_factor=1.414,
+                  schedule='piecewise'):
+    """The warm-up rate while global_step < warmup, the `schedule` rate after
+    ('piecewise': pre-training's, 'exponential': fine-tuning's)."""
     if lr_decay_step < 0:
         raise ValueError('lr_decay_step must be >= 0, got %d' % lr_decay_step)
-    decayed = piecewise_learning_rate(global_step, lr, lr_decay_step, lr_decay_factor)
+    if schedule not in SCHEDULES:
+        raise ValueError('schedule must be one of %s, got %r'
+                         % (', '.join(sorted(SCHEDULES)), schedule))
+    decayed = SCHEDULES[schedule](global_step, lr, lr_decay_step, lr_decay_factor)
     if warmup <= 0:
         return decayed
     if lr_warmup_decay_step <= 0:

@@ -13,6 +13,13 @@ Variable names match the original's checkpoints (SPEC section 4), e.g.
 
 Images come in NHWC; with data_format 'channels_first' they are transposed once, which is
 what cuDNN prefers. The model takes explicit arguments and reads no flags.
+
+Freezing the first stages (fine-tuning's FixBlock2 = init and stages 0-1): no gradient flows
+into them, and their batch norm runs either in inference mode on the restored statistics
+(frozen_bn='inference') or, as the original's finetune.py, in training mode
+(frozen_bn='train': batch statistics, moving mean/variance still updated). Which variables
+the optimizer updates is the caller's choice: frozen_variables (by scope) or
+trainable_under_fixblock2 (the original's name test: stages_2, stages_3, global_pool, logits).
 """
 import tensorflow.compat.v1 as tf
 
@@ -30,6 +37,10 @@ SUPPORTED_SIZES = tuple(sorted(_ARCHITECTURES))
 # Output channels of each stage.
 _STAGE_FILTERS = {'bottleneck': [256, 512, 1024, 2048], 'basic': [64, 128, 256, 512]}
 _STAGE_STRIDES = [2, 2, 2, 2]
+
+FROZEN_BN_MODES = ('inference', 'train')
+# Substrings of the names of the variables the original's finetune.py updates under FixBlock2.
+FIXBLOCK2_TRAINED = ('stages_2', 'stages_3', 'global_pool', 'logits')
 
 
 def normalize_data_format(data_format):
@@ -123,13 +134,15 @@ class ResNet(object):
     ResNet-18/34), the input of the logits layer.
 
     frozen_stages > 0 freezes `init` and stages 0 .. frozen_stages - 1 (the original's
-    FixBlock2 is 2): their batch norm runs in inference mode and no gradient flows into
-    them. Leaving their variables out of the optimizer is the caller's part
-    (`frozen_variables`).
+    FixBlock2 is 2): no gradient flows into them, and their batch norm runs in inference
+    mode (frozen_bn='inference') or, when training, in training mode like the rest
+    (frozen_bn='train', the original's fine-tuning). Leaving their variables out of the
+    optimizer is the caller's part (`frozen_variables`, `trainable_under_fixblock2`).
     """
 
     def __init__(self, resnet_size, class_num, data_format='channels_last',
-                 batch_norm_decay=0.997, batch_norm_epsilon=1e-5, frozen_stages=0):
+                 batch_norm_decay=0.997, batch_norm_epsilon=1e-5, frozen_stages=0,
+                 frozen_bn='inference'):
         if resnet_size not in _ARCHITECTURES:
             raise ValueError('resnet_size must be one of %s, got %r'
                              % (', '.join(map(str, SUPPORTED_SIZES)), resnet_size))
@@ -143,6 +156,10 @@ class ResNet(object):
             raise ValueError('frozen_stages must be in [0, %d], got %r'
                              % (len(self.stages), frozen_stages))
         self.frozen_stages = frozen_stages
+        if frozen_bn not in FROZEN_BN_MODES:
+            raise ValueError('frozen_bn must be one of %s, got %r'
+                             % (', '.join(FROZEN_BN_MODES), frozen_bn))
+        self.frozen_bn = frozen_bn
         self.features = None
 
     def frozen_scopes(self):
@@ -188,8 +205,9 @@ class ResNet(object):
         for i, num_blocks in enumerate(self.stages):
             if i == self.frozen_stages and i > 0:
                 x = tf.stop_gradient(x)
-            # A frozen stage's batch norm uses (and keeps) its restored moving statistics.
-            stage_training = training and i >= self.frozen_stages
+            # 'inference': a frozen stage's batch norm uses (and keeps) its restored moving
+            # statistics; 'train': batch statistics, and the moving ones keep updating.
+            stage_training = training and (i >= self.frozen_stages or self.frozen_bn == 'train')
             for j in range(num_blocks):
                 with tf.variable_scope('stages_%d_block_%d' % (i, j)):
                     x = self._block(x, self.filters[i], _STAGE_STRIDES[i] if j == 0 else 1,
@@ -209,3 +227,9 @@ def frozen_variables(variables, scopes):
     """The variables that live under one of `scopes` (ResNet.frozen_scopes)."""
     prefixes = tuple(scope + '/' for scope in scopes)
     return [v for v in variables if v.op.name.startswith(prefixes)]
+
+
+def trainable_under_fixblock2(variables):
+    """The variables the original's finetune.py updates under FixBlock2: those whose name
+    contains stages_2, stages_3, global_pool or logits (not init, stages 0 and 1)."""
+    return [v for v in variables if any(part in v.name for part in FIXBLOCK2_TRAINED)]

@@ -43,6 +43,33 @@ def test_eval_is_central_80_percent_then_bilinear_and_deterministic():
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def window(side, dynamic, fraction=0.8):
+    with tf.Graph().as_default():
+        image = np.zeros((side, side + 20, 1), np.float32)
+        if dynamic:
+            image = tf.placeholder_with_default(image, [None, None, 1])
+        begin, size = ip.central_window(tf.shape(image), fraction)
+        crop = ip.central_crop_tf1(tf.convert_to_tensor(image), fraction)
+        with tf.Session() as sess:
+            b, s, c = sess.run([begin, size, tf.shape(crop)])
+    assert c.tolist() == [s[0], s[1], 1]
+    return b.tolist(), s.tolist()
+
+
+def test_central_crop_keeps_tf1_window():
+    """TF 1.x: top = int((n - n * f) / 2) with f a double; 500 -> 400 from 50 on."""
+    assert window(500, dynamic=True) == ([50, 52, 0], [400, 416, -1])
+    assert window(500, dynamic=False) == ([50, 52, 0], [400, 416, -1])
+    assert window(50, dynamic=True) == ([5, 7, 0], [40, 56, -1])
+    for n in [1, 7, 99, 224, 255, 375, 640, 999]:
+        top = int((n - n * 0.8) / 2)
+        assert window(n, dynamic=True)[0][0] == top
+    # TF 2's own central_crop on an image of unknown shape: float32 0.8, 402 of 500
+    with tf.Graph().as_default(), tf.Session() as sess:
+        image = tf.placeholder_with_default(np.zeros((500, 500, 1), np.float32), [None, None, 1])
+        assert sess.run(tf.shape(tf.image.central_crop(image, 0.8))).tolist() == [402, 402, 1]
+
+
 def test_training_output_shape_range_and_variety():
     rng = np.random.default_rng(1)
     # Large enough that two draws of the same crop window (and flip, and no distortion)

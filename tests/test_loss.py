@@ -4,6 +4,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import loss as loss_lib
+import resnet
 
 tf.disable_v2_behavior()
 
@@ -143,3 +144,32 @@ def test_softmax_cross_entropy_matches_numpy():
     log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     expected = -(labels * log_softmax).sum(axis=1).mean()
     np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_fine_tuning_weight_decay_on_a_resnet_matches_numpy():
+    """wd * sum l2 (no 'bn' in the name) + bn_wd * wd * sum l2 (batch-norm gamma/beta), on a
+    ResNet-18's trainable variables set to random values; bn_wd = 0 is the pre-training term."""
+    weight_decay = 1e-4
+    with tf.Graph().as_default():
+        resnet.ResNet(18, 5)(tf.zeros([1, 32, 32, 3]), training=True)
+        variables = tf.trainable_variables()
+        tf.set_random_seed(7)
+        # gamma/beta large enough that their tenth-rate term is a visible share of the sum
+        randomize = [v.assign(tf.random.normal(tf.shape(v), stddev=10.0 if 'bn' in v.name
+                                               else 0.3)) for v in variables]
+        terms = {f: loss_lib.weight_decay_loss(variables, weight_decay, f) for f in (0.0, 0.1)}
+        pretraining = loss_lib.l2_regularization(variables, weight_decay)
+        with tf.Session() as sess:
+            sess.run(randomize)
+            values, got, want_pretraining = sess.run([
+                {v.op.name: v for v in variables}, terms, pretraining])
+    bn = {n for n in values if n.split('/')[-1] in ('gamma', 'beta')}
+    assert bn == {n for n in values if 'bn' in n} and len(bn) == 2 * (1 + 5 * 4)
+    l2 = {n: (v.astype(np.float64) ** 2).sum() / 2 for n, v in values.items()}
+    other = sum(l2[n] for n in values if n not in bn)
+    batch_norm = sum(l2[n] for n in bn)
+    np.testing.assert_allclose(got[0.0], weight_decay * other, rtol=1e-5)
+    np.testing.assert_allclose(got[0.1], weight_decay * other + 0.1 * weight_decay * batch_norm,
+                               rtol=1e-5)
+    assert got[0.1] - got[0.0] > 0.05 * got[0.0]
+    assert got[0.0] == want_pretraining  # bit for bit

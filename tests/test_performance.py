@@ -71,7 +71,7 @@ def test_other_formats_and_modes_fall_back_and_give_rgb(fmt, mode):
         assert 0.0 <= image.min() and image.max() <= 255.0
 
 
-def test_eval_window_is_central_crop_and_matches_the_float_path():
+def test_eval_window_is_tf1_central_crop_and_matches_the_float_path():
     data = encode(smooth_pixels(50, 70), quality=95)
     with tf.Graph().as_default():
         new = ip.preprocess_encoded(tf.constant(data), 32, is_training=False)
@@ -81,8 +81,8 @@ def test_eval_window_is_central_crop_and_matches_the_float_path():
                                               [None, None, 1])
         want_shape = tf.shape(tf.image.central_crop(decoded, 0.8))
         got_new, got_old, b, s, want = run([new, old, begin, size, want_shape])
-    # central_crop's own window on a decoded image (float32 fraction: 4, not 5)
-    assert b.tolist() == [4, 6, 0] and s.tolist() == [42, 58, -1]
+    # TF 1.x's window (double fraction: 5), not TF 2's central_crop on a decoded image (4)
+    assert b.tolist() == [5, 7, 0] and s.tolist() == [40, 56, -1]
     assert want.tolist() == [42, 58, 1]
     # the window decode differs from the full one by a level or two at the window edges
     np.testing.assert_allclose(got_new, got_old, atol=0.01)

@@ -164,3 +164,59 @@ def test_frozen_stages_get_no_gradient_and_inference_batch_norm(frozen_stages):
     # ResNet-18: the stem's kernel, then 3 + 2 per stage (projection in every first block)
     kernels = [v for v in frozen if 'conv2d/kernel' in v.name]
     assert len(kernels) == (1 + 5 * frozen_stages if frozen_stages else 0)
+
+
+def fine_tuning_step(frozen_bn):
+    """One Momentum step of FixBlock2 fine-tuning as the original's finetune.py: var_list by
+    name (trainable_under_fixblock2), batch-norm updates grouped with the step. Returns
+    (trained names, frozen names, variable values before, after)."""
+    rng = np.random.default_rng(5)
+    images = rng.normal(size=(4, 32, 32, 3)).astype(np.float32)
+    labels = np.eye(3, dtype=np.float32)[[0, 1, 2, 1]]
+    with tf.Graph().as_default():
+        tf.set_random_seed(3)
+        model = resnet.ResNet(18, 3, frozen_stages=2, frozen_bn=frozen_bn)
+        logits = model(tf.constant(images), training=True)
+        loss = (tf.losses.softmax_cross_entropy(labels, logits)
+                + loss_lib.weight_decay_loss(tf.trainable_variables(), 1e-4, 0.1))
+        trained = resnet.trainable_under_fixblock2(tf.trainable_variables())
+        step = tf.train.get_or_create_global_step()
+        apply = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss, step, var_list=trained)
+        train_op = tf.group(apply, tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+        frozen = resnet.frozen_variables(tf.trainable_variables(), model.frozen_scopes())
+        values = {v.op.name: v for v in tf.global_variables()}
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            before = sess.run(values)
+            sess.run(train_op)
+            after = sess.run(values)
+    return {v.op.name for v in trained}, {v.op.name for v in frozen}, before, after
+
+
+@pytest.mark.parametrize('frozen_bn', ['train', 'inference'])
+def test_fixblock2_freezes_variables_and_runs_frozen_batch_norm_as_asked(frozen_bn):
+    trained, frozen, before, after = fine_tuning_step(frozen_bn)
+    changed = {n for n in before if not np.array_equal(before[n], after[n])}
+    frozen_part = ('init/', 'stages_0_', 'stages_1_')
+    model_vars = {n for n in before if not n.endswith('/Momentum') and n != 'global_step'}
+    moving = {n for n in model_vars if 'moving_' in n}
+    frozen_moving = {n for n in moving if n.startswith(frozen_part)}
+    # the original's name test picks exactly the unfrozen trainable variables
+    assert trained and not {n for n in trained if n.startswith(frozen_part)}
+    assert trained | frozen == model_vars - moving and not trained & frozen
+    # kernels, gamma and beta of init and stages 0-1: bit-identical, no Momentum slot
+    assert not frozen & changed
+    assert {n for n in before if n.endswith('/Momentum')} == {n + '/Momentum' for n in trained}
+    assert trained <= changed
+    # moving statistics: the unfrozen ones always move; the frozen ones only in 'train'
+    assert moving - frozen_moving <= changed
+    assert len(frozen_moving) == 2 * (5 + 5)  # ResNet-18 stages 0-1: 5 BNs each, mean + var
+    if frozen_bn == 'train':
+        assert frozen_moving <= changed
+    else:
+        assert not frozen_moving & changed
+
+
+def test_frozen_bn_mode_is_checked():
+    with pytest.raises(ValueError, match='frozen_bn'):
+        resnet.ResNet(18, 3, frozen_stages=2, frozen_bn='eval')
