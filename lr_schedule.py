@@ -1,4 +1,4 @@
-"""The learning-rate schedule of ML-Images (SPEC section 6): a staircase warm-up, then
+"""The learning-rate schedule of ML-Images (docs/original.md, Learning rate): a staircase warm-up, then
 piecewise-constant decay. Kept apart from the loss because it depends only on the step.
 """
 import tensorflow.compat.v1 as tf

@@ -1,4 +1,4 @@
-"""SPEC section 6: the learning rate at and around every boundary."""
+"""docs/original.md, Learning rate: the learning rate at and around every boundary."""
 import math
 
 import pytest
