@@ -6,14 +6,18 @@ the same path as real data (an image list -> tools/make_tfrecords.py -> shards i
 <demo_dir>/data/{train,val}), a ResNet-18 at 48x48 trains on them with train.py's code,
 and the demo then reports how much it learned: the weighted cross_entropy read back from
 the TensorBoard events (first vs last 10 % of the steps) and the validation mAP and
-precision@1 (train.evaluate) against the label-frequency baseline. Kept out of train.py
-because nothing in training depends on it.
+precision@1 (training.evaluate) against the label-frequency baseline. train.py runs it
+(prepare, training.train, report); nothing in training depends on it.
 """
 import glob
 import os
 
 import numpy as np
+import tensorflow.compat.v1 as tf
 from PIL import Image, ImageDraw
+
+import training
+from tools import make_tfrecords
 
 SHAPES = ['circle', 'square', 'triangle', 'cross']
 # Red and cyan are 180 degrees of hue apart and white has none, so the training hue
@@ -26,10 +30,9 @@ IMAGE_PIXELS = 64
 SETTINGS = {
     'class_num': len(CLASSES), 'resnet_size': 18, 'image_size': 48, 'batch_size': 16,
     # The weighted loss sums over classes with positive weight 12, so a logit's gradient is
-    # up to ~150x a mean sigmoid loss's: a small learning rate (measured over 1,200 steps:
-    # 0.005 -> val mAP ~0.46, 0.001 -> ~0.74). Batch 16 rather than 8 learned faster per
-    # step than the step cost grew. A short run needs fast batch-norm averages for its
-    # evaluation.
+    # up to ~150x a mean sigmoid loss's: a small learning rate (the measurements behind
+    # these settings are in README, The demo). A short run needs fast batch-norm averages
+    # for its evaluation.
     'lr': 0.001, 'batch_norm_decay': 0.9, 'weight_decay': 1e-4, 'max_iter': 1200,
     # Summaries every step: the learning curve (and the first / last 10 % comparison
     # below) then averages 120 steps at each end instead of 12 noisy single steps.
@@ -76,8 +79,6 @@ def make_image(rng):
 
 def make_dataset(demo_dir, seed=0):
     """Writes the JPEGs and image lists, then the shards; returns the data_dir."""
-    from tools import make_tfrecords
-
     data_dir = os.path.join(demo_dir, 'data')
     if (glob.glob(os.path.join(data_dir, 'train', '*.tfrecords'))
             and glob.glob(os.path.join(data_dir, 'val', '*.tfrecords'))):
@@ -125,8 +126,6 @@ def label_frequency_baseline(data_dir, threshold=0.7):
     A constant score ranks images at random, so each class's AP is its frequency; every
     image gets the most frequent class as its top-1.
     """
-    import tensorflow.compat.v1 as tf
-
     labels = []
     for path in sorted(glob.glob(os.path.join(data_dir, 'val', '*.tfrecords'))):
         for record in tf.io.tf_record_iterator(path):
@@ -137,30 +136,32 @@ def label_frequency_baseline(data_dir, threshold=0.7):
     return float(frequency[frequency > 0].mean()), float(frequency.max())
 
 
-def run(f):
-    """Builds the demo data if needed, trains with the demo settings, reports."""
-    import train
-
-    demo_dir = os.path.abspath(f.demo_dir)
+def prepare(opts, given):
+    """The demo's options from the command line's (opts, a train.Options; given: the names
+    of the flags given on the command line, which win over SETTINGS): builds the data if
+    needed and puts the model and log directories under --demo_dir unless given."""
+    demo_dir = os.path.abspath(opts.demo_dir)
     os.makedirs(demo_dir, exist_ok=True)
-    for name, value in SETTINGS.items():
-        if not f[name].present:
-            setattr(f, name, value)
-    f.data_dir = make_dataset(demo_dir)
-    if not f['model_dir'].present:
-        f.model_dir = os.path.join(demo_dir, 'model')
-    if not f['log_dir'].present:
-        f.log_dir = os.path.join(demo_dir, 'log')
-    estimator = train.train(f)
+    changes = {name: value for name, value in SETTINGS.items() if name not in given}
+    changes['data_dir'] = make_dataset(demo_dir)
+    if 'model_dir' not in given:
+        changes['model_dir'] = os.path.join(demo_dir, 'model')
+    if 'log_dir' not in given:
+        changes['log_dir'] = os.path.join(demo_dir, 'log')
+    return opts._replace(**changes)
 
-    steps, ce = scalar_series(f.model_dir, 'cross_entropy')
+
+def report(opts, estimator):
+    """After training.train(opts): prints how much the model learned; returns (the
+    cross_entropy ratio, the validation metrics)."""
+    steps, ce = scalar_series(opts.model_dir, 'cross_entropy')
     ratio = learning_ratio(ce)
     print('\ndemo: weighted cross_entropy, mean of the last 10%% of %d logged steps / first '
           '10%%: %.3f (%s)' % (len(ce), ratio, 'learned' if ratio <= 0.5 else 'NOT learned'))
-    result = train.evaluate(f, estimator, files=train.evaluation_files(f))
-    base_map, base_p1 = label_frequency_baseline(f.data_dir)
+    result = training.evaluate(opts, estimator, files=training.evaluation_files(opts))
+    base_map, base_p1 = label_frequency_baseline(opts.data_dir)
     print('demo: validation mAP %.3f (label-frequency baseline %.3f), precision@1 %.3f '
           '(baseline %.3f)' % (result['mAP'], base_map, result['precision@1'], base_p1))
     print('demo: TensorBoard logs in %s  ->  tensorboard --logdir %s'
-          % (f.model_dir, f.model_dir))
+          % (opts.model_dir, opts.model_dir))
     return ratio, result

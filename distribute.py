@@ -5,12 +5,9 @@ when a run is one task of a TensorFlow cluster, or spans several GPUs, is decide
 explicit arguments (only train.py reads the flags):
 
 * TF_CONFIG parsing (`task_from_tf_config`): the cluster, this task's type and index.
-* Cluster roles -> data sharding (`data_share`): which training workers exist, which of
-  them this task is (the chief counts as worker 0, `worker` i as i + 1 when a chief
-  exists), and how the shard files are split among them -- whole files, dealt round-robin
-  before any shuffle, or, when there are fewer files than workers, every file read by all
-  and the records dealt round-robin (`tf.data.Dataset.shard` after a deterministic
-  interleave).
+* Cluster roles: which training workers exist and which of them this task is (the chief
+  counts as worker 0, `worker` i as i + 1 when a chief exists); file_db.data_share splits
+  the shard files among them.
 * Strategies (`train_distribute`): `--num_gpus N` -> MirroredStrategy over N devices of
   this process; `--distribution collective` -> MultiWorkerMirroredStrategy (synchronous
   all-reduce across the cluster's workers); `--distribution ps` -> no strategy object:
@@ -19,10 +16,8 @@ explicit arguments (only train.py reads the flags):
 * `plan`: all of the above for this process (a `Plan`: mode, role, worker id, images a
   step of this process and of the whole job, the name of its text log).
 * Replica context helpers used by loss.py's counters (`all_reduce_max`, `from_first_replica`)
-  so that the SPEC section 5 counters mean the same for a global batch whatever the number
+  so that the loss counters (loss.py) mean the same for a global batch whatever the number
   of replicas, and by the model for the reported cross_entropy (`all_reduce_mean`).
-* Hooks: `ThroughputHook` (images/s of this worker and of the whole job) and, for the
-  asynchronous mode, `StopAtGlobalStepHook`.
 
 Batch size: `--batch_size` is per replica (per GPU, as in the original's launch scripts):
 one synchronous step consumes batch_size x num_gpus images, or batch_size x workers with
@@ -30,9 +25,10 @@ collective (one device a worker).
 """
 import json
 import os
-import time
 
 import tensorflow.compat.v1 as tf
+
+import file_db
 
 DISTRIBUTIONS = ('auto', 'none', 'ps', 'collective')
 # Task types that train (and so read training data), in the order of their worker ids.
@@ -219,26 +215,12 @@ def plan(distribution, num_gpus, worker_num, worker_id, batch_size, gpu_count,
             worker_num, worker_id = task.worker_num, task.worker_id
         else:
             worker_num, worker_id = task.worker_num, None
-    elif worker_num < 1 or not 0 <= worker_id < worker_num:
-        raise ConfigError('--worker_id=%d must be in [0, --worker_num=%d)'
-                          % (worker_id, worker_num))
+    else:
+        try:
+            file_db.check_worker(worker_num, worker_id)
+        except ValueError as e:
+            raise ConfigError(str(e))
     return Plan(distribution, task, worker_num, worker_id, num_gpus, batch_size)
-
-
-def data_share(files, worker_num, worker_id):
-    """How worker `worker_id` of `worker_num` splits the sorted shard `files`.
-
-    Returns (files to read, record_shard): with at least as many files as workers, files
-    worker_id, worker_id + worker_num, ... and record_shard None; with fewer, every file and
-    record_shard (worker_num, worker_id): the records are dealt round-robin instead.
-    Disjoint and complete either way.
-    """
-    if worker_num < 1 or not 0 <= worker_id < worker_num:
-        raise ConfigError('worker_id must be in [0, worker_num=%d), got %d'
-                          % (worker_num, worker_id))
-    if len(files) >= worker_num:
-        return list(files[worker_id::worker_num]), None
-    return list(files), (worker_num, worker_id)
 
 
 def mirrored_devices(num_gpus):
@@ -309,58 +291,6 @@ def synchronized_variable_args():
             'aggregation': tf.VariableAggregation.ONLY_FIRST_REPLICA}
 
 
-class ThroughputHook(tf.train.SessionRunHook):
-    """Logs images/s of this worker and of the whole job, every `every_n` steps and in
-    total at the end: images / wall time since the session started.
-
-    This worker: its own steps x plan.images_per_step. The whole job: the global step's
-    advance x plan.images_per_global_step (in ps mode every worker's step advances it, in
-    collective mode one synchronous step of all workers does).
-    """
-
-    def __init__(self, plan, every_n):
-        self._plan = plan
-        self._every_n = max(1, every_n)
-
-    def begin(self):
-        self._global_step = tf.train.get_global_step()
-
-    def after_create_session(self, session, coord):
-        self._start = self._last = time.time()
-        self._first_global = self._last_global = int(session.run(self._global_step))
-        self._steps = self._last_steps = 0
-        self._global = self._first_global
-
-    def before_run(self, run_context):
-        return tf.train.SessionRunArgs(self._global_step)
-
-    def after_run(self, run_context, run_values):
-        self._steps += 1
-        # The value read with the step; the step's own increment is counted at the next.
-        self._global = max(self._global, int(run_values.results) + 1)
-        if self._steps % self._every_n == 0:
-            now = time.time()
-            tf.logging.info('throughput %s: %s', self._plan.task.name if self._plan.task
-                            else 'worker', self._rates(now - self._last,
-                                                       self._steps - self._last_steps,
-                                                       self._global - self._last_global))
-            self._last, self._last_steps, self._last_global = now, self._steps, self._global
-
-    def end(self, session):
-        elapsed = time.time() - self._start
-        tf.logging.info('throughput %s, whole run: %s over %.1f s (%d steps of this worker, '
-                        'global step %d -> %d)', self._plan.task.name if self._plan.task
-                        else 'worker', self._rates(elapsed, self._steps,
-                                                   self._global - self._first_global),
-                        elapsed, self._steps, self._first_global, self._global)
-
-    def _rates(self, elapsed, steps, global_steps):
-        elapsed = max(elapsed, 1e-9)
-        return 'this worker %.1f images/s, whole job %.1f images/s' % (
-            steps * self._plan.images_per_step / elapsed,
-            global_steps * self._plan.images_per_global_step / elapsed)
-
-
 def describe_devices(plan, batch_size):
     """One line on devices and batch sizes, for the log."""
     line = '%d device%s, batch %d per replica, %d images a step of this process' % (
@@ -372,21 +302,3 @@ def describe_devices(plan, batch_size):
     elif plan.distribution == 'ps':
         line += ' (asynchronous: each worker step advances the global step)'
     return line
-
-
-class StopAtGlobalStepHook(tf.train.SessionRunHook):
-    """Asynchronous training (ps): after every step re-reads the global step, which the
-    other workers advance too, and stops once it reaches last_step. The Estimator's own
-    hook extrapolates from the step it fetched and so runs late when other workers step
-    in between; with this one a worker overshoots only with a step it started while
-    another worker's was in flight (at most workers - 1 steps past last_step in all)."""
-
-    def __init__(self, last_step):
-        self._last_step = last_step
-
-    def begin(self):
-        self._global_step = tf.train.get_global_step()
-
-    def after_run(self, run_context, run_values):
-        if run_context.session.run(self._global_step) >= self._last_step:
-            run_context.request_stop()

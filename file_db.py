@@ -3,7 +3,9 @@
 Shards live in `<data_dir>/train/` and `<data_dir>/val/` and are named `0.tfrecords`,
 `1.tfrecords`, ...; they are listed in natural order (2 before 10) so that every worker
 sees the same list, then dealt round-robin: worker k of n gets files k, k + n, k + 2n, ...
-The shares are disjoint and together cover every file. This happens before any shuffle:
+The shares are disjoint and together cover every file; with fewer files than workers
+every worker reads every file and takes every n-th record instead (data_share). This
+happens before any shuffle:
 the original shuffled first with a per-worker seed, and then sharded, with the worker
 count hard-coded to 1 so every worker read everything.
 """
@@ -36,11 +38,26 @@ def list_shards(data_dir, split, pattern='*tfrecords'):
     return sorted(files, key=_natural_key)
 
 
+def check_worker(worker_num, worker_id):
+    """worker_id must be in [0, worker_num) (and worker_num >= 1); ValueError otherwise."""
+    if worker_num < 1 or not 0 <= worker_id < worker_num:
+        raise ValueError('--worker_id=%d must be in [0, --worker_num=%d)'
+                         % (worker_id, worker_num))
+
+
 def worker_share(files, worker_num, worker_id):
     """The files worker `worker_id` of `worker_num` reads: files[worker_id::worker_num]."""
-    if worker_num < 1:
-        raise ValueError('worker_num must be >= 1, got %d' % worker_num)
-    if not 0 <= worker_id < worker_num:
-        raise ValueError('worker_id must be in [0, worker_num=%d), got %d'
-                         % (worker_num, worker_id))
+    check_worker(worker_num, worker_id)
     return list(files[worker_id::worker_num])
+
+
+def data_share(files, worker_num, worker_id):
+    """How worker `worker_id` of `worker_num` splits the sorted shard `files`:
+    (files, record_shard). With at least as many files as workers its worker_share and
+    record_shard None; with fewer, every file and record_shard (worker_num, worker_id): the
+    records are dealt round-robin instead (tf.data.Dataset.shard after a deterministic
+    interleave)."""
+    check_worker(worker_num, worker_id)
+    if len(files) >= worker_num:
+        return worker_share(files, worker_num, worker_id), None
+    return list(files), (worker_num, worker_id)

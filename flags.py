@@ -1,7 +1,8 @@
-"""Every flag of the original train.py (SPEC section 8), plus the ones this program adds.
+"""Every flag of the original train.py (docs/original.md, Flags), plus the ones this program
+adds.
 
-Defaults are the original's except where SPEC calls them broken: log_interval and snapshot
-(0 did not work), lr_decay_step (0 still means "decay at step 0" in the original, here it
+Defaults are the original's except where those are broken (docs/original.md): log_interval
+and snapshot (0 did not work), lr_decay_step (0 still means "decay at step 0" in the original, here it
 means "no decay") and data_format (the original's default silently meant NHWC; here
 'auto' picks NCHW when a GPU is visible). Flags that this program accepts but does not use
 say so in their help, so that old launch scripts keep working.
@@ -159,7 +160,7 @@ _string(G, 'pretrain_ckpt', '',
 _bool(G, 'FixBlock2', False, 'Freeze init and stages 0-1: not trained, their batch norm '
       'in inference mode (the original fine-tuning option).')
 _string(G, 'label_type', 'multi',
-        'multi: records carry class_num float32 labels, SPEC loss (weighted sigmoid '
+        'multi: records carry class_num float32 labels, the original\'s loss (weighted sigmoid '
         'cross-entropy). single: records carry an int64 class index in "label" (the '
         'original\'s ImageNet fine-tuning), softmax cross-entropy.')
 _int(G, 'epoch_iter', 0, 'Steps per epoch.' + IGNORED)
@@ -181,7 +182,7 @@ _int(G, 'prof_interval', 10, 'Timing report interval; timing is printed every '
 G = 'Performance'
 _string(G, 'augment_on', 'auto',
         'Where the training augmentation after the crop runs (flip, rotation, colour; the '
-        'distribution is SPEC section 3\'s either way). cpu: per image in the input '
+        'distribution is the original\'s either way). cpu: per image in the input '
         'pipeline. device: batched inside the model on the training device; the pipeline '
         'only decodes the crop window and resizes, and ships uint8 batches (4x smaller). '
         'auto: device when a GPU is visible, else cpu.')

@@ -1,4 +1,4 @@
-"""One image in, one network input out (SPEC section 3).
+"""One image in, one network input out (docs/original.md, Augmentation).
 
 Training: a random crop that covers at least `object_cover` of the image and
 `area_cover`..100 % of its area, resized to the network size, flipped for half of the
@@ -13,10 +13,10 @@ Both end in [-1, 1] with shape [size, size, 3]. Functions take explicit argument
 What the input pipeline runs (preprocess_encoded), cheapest first: the crop window is
 drawn from the image's shape, the window is cut from the uint8 pixels (only the window
 decoded when it may be small, see WINDOW_DECODE_BELOW) and resized on them; the float
-conversion comes after the resize. Then either the rest of SPEC section 3 per image
+conversion comes after the resize. Then either the rest of the original's augmentation per image
 (augment_image, on the CPU), or uint8 batches go to the model, which finishes them
 batched on the training device (network_input -> augment_batch: the same distribution,
-every image drawing its own parameters). preprocess_image / distort_image are SPEC's
+every image drawing its own parameters). preprocess_image / distort_image are the original's
 float-first order, kept as the reference the tests compare with.
 
 Inference as the original's extract_feature.py / image_classification.py (preprocess(img,
@@ -109,7 +109,7 @@ def rotate_images(images, angles):
 
 def contrib_rotate_images(images, angles):
     """rotate_images as tf.contrib.image.rotate computed it, with the projective-transform
-    kernel: the SPEC-literal reference (tools/benchmark.py's original pipeline, the tests)."""
+    kernel: the original's literal reference (tools/benchmark.py's original pipeline, the tests)."""
     shape = tf.shape(images)
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=images, transforms=rotation_transform(angles, shape[1], shape[2]),
@@ -134,7 +134,7 @@ def color_ordering_1(image):
 
 
 def crop_window(image_shape, object_cover, area_cover):
-    """SPEC section 3's random training crop, drawn from the image *shape* [H, W, C] alone.
+    """The original's random training crop, drawn from the image *shape* [H, W, C] alone.
 
     Returns (begin [y, x, 0], size [h, w, -1]): a window covering at least object_cover of
     the image and area_cover..100 % of its area, aspect ratio 3:4..4:3.
@@ -205,7 +205,7 @@ WINDOW_DECODE_BELOW = 0.5
 def decode_crop_resize(encoded, image_size, is_training, object_cover=0.7, area_cover=0.7):
     """Encoded image -> float32 [S, S, 3] in [0, 255]: the training crop (random window,
     drawn from the image's shape) or the evaluation crop (central 80 %), resized bilinearly
-    on the uint8 pixels. The conversion to [0, 1] comes after this (SPEC converts first:
+    on the uint8 pixels. The conversion to [0, 1] comes after this (the original converts first:
     the values are the same, the work is on 224 x 224 pixels instead of the whole image)."""
     if is_training:
         window_fn = lambda shape: crop_window(shape, object_cover, area_cover)
@@ -231,10 +231,10 @@ def distort_image(image, height, width, object_cover, area_cover, rotate=rotate_
 
 
 def augment_image(image, rotate=rotate_images):
-    """SPEC section 3 after the crop, on one resized float [S, S, 3] image in [0, 1]: random
+    """The original's augmentation after the crop, on one resized float [S, S, 3] image in [0, 1]: random
     flip, then the per-image draw thread_id in {0, 1, 2}: 0 = rotation and colour ordering
     0, 1 = colour ordering 1, 2 = nothing; then clip to [0, 1]. `rotate` is a batch
-    rotation like rotate_images (contrib_rotate_images for the SPEC-literal graph)."""
+    rotation like rotate_images (contrib_rotate_images for the original's literal graph)."""
     image = tf.image.random_flip_left_right(image)
     # The original's draw: maxval 3 although its comments speak of {0..3}.
     thread_id = tf.random.uniform([], minval=0, maxval=3, dtype=tf.int32, name='thread_id')
@@ -405,7 +405,7 @@ def _colour_batch(images, ordering):
 
 def augment_batch(images):
     """augment_image for a batch [B, S, S, 3] of float images in [0, 1]: every image draws
-    its own flip, thread_id, angle and colour factors from SPEC section 3's distributions;
+    its own flip, thread_id, angle and colour factors from the original's distributions;
     each transform runs only on the images that drew it."""
     with tf.name_scope('augment_batch'):
         static_shape = images.shape
@@ -429,7 +429,7 @@ def preprocess_encoded(encoded, image_size, is_training, object_cover=0.7, area_
                        on_device=False):
     """Encoded image -> one network input, what the input pipeline does per record.
 
-    on_device False: float32 [S, S, 3] in [-1, 1], SPEC section 3 in full (the crop resized
+    on_device False: float32 [S, S, 3] in [-1, 1], the original's augmentation in full (the crop resized
     on the uint8 pixels, then [0, 1], augment_image when training).
     on_device True: uint8 [S, S, 3], the crop resized and rounded; network_input finishes
     it batched on the training device.
@@ -447,7 +447,7 @@ def preprocess_encoded(encoded, image_size, is_training, object_cover=0.7, area_
 def network_input(images, training):
     """A batch from the input pipeline -> the network's [B, S, S, 3] float32 in [-1, 1].
 
-    uint8 batches (augment_on='device') get SPEC section 3's flip, rotation and colour
+    uint8 batches (augment_on='device') get the original's flip, rotation and colour
     here, batched (augment_batch), when training; float batches are already finished.
     """
     if images.dtype != tf.uint8:

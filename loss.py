@@ -1,4 +1,4 @@
-"""The multi-label loss of ML-Images (SPEC section 5), one formula per function.
+"""The multi-label loss of ML-Images (docs/original.md, Loss), one formula per function.
 
 Per class c and step, with labels y [B, C] and logits x [B, C]:
   pos_c   = 1 if some image of the batch has y[b, c] >= mask_thres          (batch_positives)
@@ -135,7 +135,7 @@ def weight_decay_loss(variables, weight_decay, bn_weight_decay=0.0):
 
 
 def multilabel_cross_entropy(labels, logits, mask_thres, neg_select, seed, update=True):
-    """The SPEC section 5 cross-entropy of one step.
+    """The docs/original.md, Loss cross-entropy of one step.
 
     With update=True (training) the counters advance first; otherwise the current counters
     are used as they are. Returns (cross_entropy, tensors) where tensors holds the

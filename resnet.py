@@ -7,7 +7,7 @@ original's three changes:
   * the bottleneck strides in its 3x3 conv ((1x1, 1) -> (3x3, s) -> (1x1, 1));
   * a stage's projection shortcut gets its own BN-ReLU before the 1x1 conv.
 
-Variable names match the original's checkpoints (SPEC section 4), e.g.
+Variable names match the original's checkpoints (docs/original.md, Model), e.g.
 ``stages_2_block_0/conv1_b1/conv2d/kernel`` and
 ``stages_2_block_0/conv2_b2_bn/batch_normalization/moving_mean``.
 

@@ -1,5 +1,5 @@
 """Tests of tools/check_tfrecords.py on real shards of Pillow-made images, and a fuzz of
-check_record and train.record_parser_fn with mangled records."""
+check_record and records.parse_record with mangled records."""
 import faulthandler
 import io
 import json
@@ -13,7 +13,8 @@ import tensorflow.compat.v1 as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 from PIL import Image
 
-import train
+import records
+import train  # noqa: F401 (graph mode, as train.py runs)
 from tools import check_tfrecords as ct
 from tools import make_tfrecords
 
@@ -174,9 +175,9 @@ def broken(tmp_path_factory):
 
 def test_features_mirror_train_record_features():
     kinds = {tf.string: 'bytes_list', tf.int64: 'int64_list'}
-    assert list(ct.FEATURES) == list(train.RECORD_FEATURES)
-    for key, spec in train.RECORD_FEATURES.items():
-        kind, default = ct.FEATURES[key]
+    assert list(records.FEATURES) == list(records.RECORD_FEATURES)
+    for key, spec in records.RECORD_FEATURES.items():
+        kind, default = records.FEATURES[key]
         assert kind == kinds[spec.dtype] and spec.shape == []
         assert default == spec.default_value
 
@@ -411,11 +412,11 @@ def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
 
 @pytest.fixture(scope='module')
 def parser_graph():
-    """train.record_parser_fn on a string placeholder, built once, in its own Session."""
+    """records.parse_record on a string placeholder, built once, in its own Session."""
     graph = tf.Graph()
     with graph.as_default():
         serialized = tf.placeholder(tf.string, [], name='serialized')
-        outputs = train.record_parser_fn(serialized, False, 16, 3)
+        outputs = records.parse_record(serialized, False, 16, 3)
     session = tf.Session(graph=graph)
     yield serialized, outputs, session
     session.close()

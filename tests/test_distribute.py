@@ -12,7 +12,9 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import distribute
-import train
+import file_db
+import input_pipeline
+import train  # noqa: F401 (graph mode, as train.py runs)
 from test_train import ENV, ROOT, run_train, scalar_tags
 
 
@@ -103,7 +105,7 @@ def test_plan_roles_and_images_per_step():
 @pytest.mark.parametrize('files,workers', [(10, 3), (3, 3), (7, 1), (2, 3), (1, 4)])
 def test_data_share_is_disjoint_and_complete(files, workers):
     names = ['%d.tfrecords' % i for i in range(files)]
-    shares = [distribute.data_share(names, workers, k) for k in range(workers)]
+    shares = [file_db.data_share(names, workers, k) for k in range(workers)]
     if files >= workers:
         assert all(shard is None for _, shard in shares)
         got = sorted(n for share, _ in shares for n in share)
@@ -142,9 +144,9 @@ def test_fewer_files_than_workers_split_by_record(tmp_path):
         files.append(path)
     seen = []
     for worker in range(3):
-        share, record_shard = distribute.data_share(files, 3, worker)
+        share, record_shard = file_db.data_share(files, 3, worker)
         with tf.Graph().as_default():
-            dataset = train.input_fn(True, None, 1, 12, 8, files=share,
+            dataset = input_pipeline.input_fn(True, None, 1, 12, 8, files=share,
                                      record_shard=record_shard, shuffle_buffer=4,
                                      num_parallel_calls=1)
             labels = tf.data.make_one_shot_iterator(dataset).get_next()[1]
@@ -288,6 +290,7 @@ import os
 import numpy as np
 import flags as flags_lib
 import train
+import training
 
 out_dir = sys.argv[1]
 B, S, C, STEPS = 2, 64, 5, 3  # 32 px: batch norm on 1x1 maps amplifies rounding
@@ -313,7 +316,7 @@ for replicas in (1, 2):
             shutil.copy(path, F.model_dir)
         tf.train.update_checkpoint_state(F.model_dir, F.model_dir + '/model.ckpt-0')
     plan = distribute.plan('none', replicas, 1, 0, F.batch_size, replicas, {})
-    estimator = train.make_estimator(F, 'channels_last', None, plan)
+    estimator = training.make_estimator(train.options(F), 'channels_last', None, plan)
     estimator._session_config.device_count['CPU'] = 2
     estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
                     max_steps=STEPS)
@@ -322,7 +325,7 @@ for replicas in (1, 2):
 
 @pytest.mark.slow
 def test_estimator_one_device_vs_two_replicas(tmp_path):
-    """train.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
+    """training.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
     one device, for the same global batch. Each replica gets the same half (per-replica
     batch norm then sees the whole batch's statistics), so the whole step must agree:
     cross_entropy to 1e-5, counters exactly, step 1's weight update to float rounding."""
@@ -364,6 +367,7 @@ def test_estimator_one_device_vs_two_replicas(tmp_path):
 SYNTHETIC_CHILD = LOGICAL_CPUS + '''
 import flags as flags_lib
 import train
+import training
 
 F = flags_lib.FLAGS
 F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.01',
@@ -371,9 +375,9 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.0
    '--visiable_gpu=-1', '--use_synthetic_data', '--batch_size=2', '--num_gpus=2',
    '--model_dir=' + sys.argv[1]])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
-estimator = train.make_estimator(F, 'channels_last', None, plan)
+estimator = training.make_estimator(train.options(F), 'channels_last', None, plan)
 estimator._session_config.device_count['CPU'] = 2
-estimator.train(train.training_input_fn(F, []), max_steps=2)
+estimator.train(training.training_input_fn(train.options(F), []), max_steps=2)
 print(estimator.get_variable_value('global_step'),
       int(estimator.get_variable_value('pos_count').sum()))
 '''

@@ -91,7 +91,7 @@ def test_warm_start_restores_every_body_variable_and_batch_norm_statistics(setup
     assert after['logits/dense/kernel'].shape == (512, SINGLE_CLASSES)
     assert before['logits/dense/kernel'].shape == (512, PRETRAINED_CLASSES)
     assert after['global_step'] == 2
-    # single-label training has no SPEC loss counters
+    # single-label training has no loss counters of the original's loss
     assert 'pos_count' not in after and 'neg_count' not in after
     assert ('fine-tuning from %s: %d variables restored (%d batch-norm moving statistics); '
             'new head of %d classes (the checkpoint\'s has %d)' % (

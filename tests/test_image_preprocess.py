@@ -1,4 +1,4 @@
-"""SPEC section 3: shapes, range, evaluation determinism and geometry, rotation direction."""
+"""docs/original.md, Augmentation: shapes, range, evaluation determinism and geometry, rotation direction."""
 import io
 import math
 

@@ -1,4 +1,4 @@
-"""The SPEC section 5 loss against an independent numpy implementation, step by step."""
+"""The docs/original.md, Loss loss against an independent numpy implementation, step by step."""
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -10,7 +10,7 @@ tf.disable_v2_behavior()
 
 
 class NumpyLoss(object):
-    """SPEC section 5 written out in numpy, with its own counters."""
+    """docs/original.md, Loss written out in numpy, with its own counters."""
 
     def __init__(self, class_num, mask_thres):
         self.pos_count = np.zeros(class_num)

@@ -12,6 +12,9 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import image_preprocess as ip
+import input_pipeline
+import model_fn
+import records as records_lib
 import train
 from tools import make_tfrecords
 
@@ -90,7 +93,7 @@ def test_eval_window_is_tf1_central_crop_and_matches_the_float_path():
 
 
 def test_training_crop_window_distribution():
-    """The window is drawn from the shape alone with SPEC section 3's bounds."""
+    """The window is drawn from the shape alone with the original's (docs/original.md, Augmentation) bounds."""
     with tf.Graph().as_default():
         begin, size = ip.crop_window(tf.constant([375, 500, 3]), 0.7, 0.7)
         with tf.Session() as sess:
@@ -190,7 +193,7 @@ def sparse_and_dense_records(label):
 def parse_labels(records, class_num=CLASSES):
     with tf.Graph().as_default():
         value = tf.placeholder(tf.string, [])
-        _, label = train.record_parser_fn(value, False, 16, class_num)
+        _, label = records_lib.parse_record(value, False, 16, class_num)
         with tf.Session() as sess:
             out = []
             for record in records:
@@ -257,10 +260,10 @@ def test_make_tfrecords_sparse_flag_and_mixed_layouts_train_side_by_side(tmp_pat
     files = [os.path.join(data, 'train', '%d.tfrecords' % k) for k in (0, 1)]
     first = tf.train.Example.FromString(next(tf.io.tf_record_iterator(files[0])))
     assert 'label/index' in first.features.feature and 'label' not in first.features.feature
-    assert train.first_label_length(files[1]) == CLASSES
-    assert train.first_label_length(files[0]) is None  # sparse: checked per record
+    assert records_lib.first_label_length(files[1]) == CLASSES
+    assert records_lib.first_label_length(files[0]) is None  # sparse: checked per record
     with tf.Graph().as_default():
-        dataset = train.input_fn(False, None, 12, CLASSES, 16, files=files)
+        dataset = input_pipeline.input_fn(False, None, 12, CLASSES, 16, files=files)
         images_out, labels = run(tf.data.make_one_shot_iterator(dataset).get_next())
     assert images_out.shape == (12, 16, 16, 3)
     np.testing.assert_array_equal(labels[:6], labels[6:])  # same lists, two layouts
@@ -291,7 +294,7 @@ def shards(tmp_path_factory):
 @pytest.mark.parametrize('augment_on', ['cpu', 'device'])
 def test_training_input_fn_in_both_modes(shards, augment_on):
     with tf.Graph().as_default():
-        dataset = train.input_fn(True, None, 4, CLASSES, 24, files=shards, shuffle_buffer=8,
+        dataset = input_pipeline.input_fn(True, None, 4, CLASSES, 24, files=shards, shuffle_buffer=8,
                                  augment_on=augment_on, private_threads=2)
         images, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         assert images.shape.as_list() == [4, 24, 24, 3]
@@ -314,7 +317,7 @@ def test_cpu_pipeline_augments_every_training_batch(tmp_path):
         writer.write(make_tfrecords.make_example(encode(pixels, 'PNG'), np.eye(CLASSES)[1],
                                                  32, 32, 'one.png').SerializeToString())
     with tf.Graph().as_default():
-        dataset = train.input_fn(True, None, 8, CLASSES, 32, files=[path], shuffle_buffer=1,
+        dataset = input_pipeline.input_fn(True, None, 8, CLASSES, 32, files=[path], shuffle_buffer=1,
                                  object_cover=1.0, area_cover=1.0, augment_on='cpu')
         images, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         assert images.dtype == tf.float32 and images.shape.as_list() == [8, 32, 32, 3]
@@ -338,7 +341,7 @@ def test_skip_bad_records_in_device_mode(shards, tmp_path):
         writer.write(make_tfrecords.make_example(b'\xff\xd8\xff\xe0 no jpeg', np.ones(CLASSES),
                                                  1, 1, 'bad').SerializeToString())
     with tf.Graph().as_default():
-        dataset = train.input_fn(True, None, 4, CLASSES, 24, files=shards + [bad],
+        dataset = input_pipeline.input_fn(True, None, 4, CLASSES, 24, files=shards + [bad],
                                  shuffle_buffer=16, skip_bad_records=True,
                                  augment_on='device')
         features, _ = tf.data.make_one_shot_iterator(dataset).get_next()
@@ -350,13 +353,13 @@ def test_skip_bad_records_in_device_mode(shards, tmp_path):
 
 def test_synthetic_data_reads_no_file_and_the_model_draws_a_new_batch_each_step():
     with tf.Graph().as_default():
-        dataset = train.input_fn(True, '/does/not/exist', 3, CLASSES, 16,
+        dataset = input_pipeline.input_fn(True, '/does/not/exist', 3, CLASSES, 16,
                                  use_synthetic_data=True)
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         # only the shape crosses from the pipeline: no pixel, no label
-        assert features[train.SYNTHETIC].shape.as_list() == [3, 16, 16, 0]
+        assert features[input_pipeline.SYNTHETIC].shape.as_list() == [3, 16, 16, 0]
         assert labels.shape.as_list() == [3, 0]
-        images, labels = train.synthetic_batch(features[train.SYNTHETIC], CLASSES)
+        images, labels = input_pipeline.synthetic_batch(features[input_pipeline.SYNTHETIC], CLASSES)
         assert images.shape.as_list() == [3, 16, 16, 3]
         with tf.Session() as sess:
             first, second = [sess.run([images, labels]) for _ in range(2)]
@@ -391,10 +394,10 @@ def test_dtype_graphs_build_and_train_two_steps_on_cpu(shards, resnet_size, dtyp
 
 def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
     with tf.Graph().as_default():
-        dataset = train.input_fn(True, None, 2, CLASSES, 32, files=shards, shuffle_buffer=8,
+        dataset = input_pipeline.input_fn(True, None, 2, CLASSES, 32, files=shards, shuffle_buffer=8,
                                  augment_on=augment_on)
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
-        spec = train.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
+        spec = model_fn.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
                                      model_params(resnet_size, dtype))
         variables = tf.global_variables()
         assert all(v.dtype.base_dtype in (tf.float32, tf.int64) for v in variables)
@@ -437,16 +440,16 @@ class Flags(dict):
                                         ('private_threads', -1)])
 def test_bad_performance_flags_are_usage_errors(name, value):
     flags = Flags(augment_on='auto', dtype='fp32', private_threads=0)
-    train.check_performance_flags(flags)
+    train.check_performance_flags(**flags)
     flags[name] = value
     with pytest.raises(train.UsageError, match='--' + name):
-        train.check_performance_flags(flags)
+        train.check_performance_flags(**flags)
 
 
 def test_augment_on_auto_follows_the_gpu():
-    assert train.resolve_augment_on('auto', True) == 'device'
-    assert train.resolve_augment_on('auto', False) == 'cpu'
-    assert train.resolve_augment_on('cpu', True) == 'cpu'
+    assert input_pipeline.resolve_augment_on('auto', True) == 'device'
+    assert input_pipeline.resolve_augment_on('auto', False) == 'cpu'
+    assert input_pipeline.resolve_augment_on('cpu', True) == 'cpu'
 
 
 # ---------------------------------------------------------------------------- benchmark

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import inference_io
 import serving
 from tools import extract_features
 from tools import predict as predict_tool
@@ -28,7 +29,7 @@ def write(path, text):
 
 def test_ml_images_dictionary_with_header_and_index_column(tmp_path):
     path = write(tmp_path / 'dict.txt', ML_IMAGES_DICT)
-    assert serving.load_class_names(path) == ['thing', 'matter', 'object, physical object',
+    assert inference_io.load_class_names(path) == ['thing', 'matter', 'object, physical object',
                                               'body part']
 
 
@@ -36,22 +37,22 @@ def test_ml_images_dictionary_without_header_or_index_column(tmp_path):
     # The published dictionary_and_semantic_hierarchy.txt: WordNet id, parent, name.
     path = write(tmp_path / 'dict.txt', 'n00002452\t-1\tthing\nn00020827\t-1\tmatter\n'
                                         'n05220461\t0\tbody part\n\n')
-    assert serving.load_class_names(path, 3) == ['thing', 'matter', 'body part']
+    assert inference_io.load_class_names(path, 3) == ['thing', 'matter', 'body part']
     unordered = write(tmp_path / 'unordered.txt',
                       '1 n00020827 -1 matter\n0 n00002452 -1 thing\n')
-    assert serving.load_class_names(unordered) == ['thing', 'matter']
+    assert inference_io.load_class_names(unordered) == ['thing', 'matter']
     # the demo's dictionary: a header, ids that are no WordNet ids
     demo = write(tmp_path / 'demo.txt', 'category_index\tcategory_id\tx\ty\n'
                                         '0\tdemo00000\t-1\tred circle\n')
-    assert serving.load_class_names(demo) == ['red circle']
+    assert inference_io.load_class_names(demo) == ['red circle']
     # without the header, such lines are just names
     names = write(tmp_path / 'names.txt', 'red 3 dogs\nblue 4 cats\n')
-    assert serving.load_class_names(names) == ['red 3 dogs', 'blue 4 cats']
+    assert inference_io.load_class_names(names) == ['red 3 dogs', 'blue 4 cats']
 
 
 def test_one_name_per_line_dictionary(tmp_path):
     path = write(tmp_path / 'names.txt', 'tench, Tinca tinca\ngoldfish\n  great white shark \n')
-    assert serving.load_class_names(path) == ['tench, Tinca tinca', 'goldfish',
+    assert inference_io.load_class_names(path) == ['tench, Tinca tinca', 'goldfish',
                                               'great white shark']
 
 
@@ -64,24 +65,24 @@ def test_one_name_per_line_dictionary(tmp_path):
 def test_bad_dictionaries_name_the_line(tmp_path, text, fragment):
     path = write(tmp_path / 'dict.txt', text)
     with pytest.raises(ValueError) as error:
-        serving.load_class_names(path)
+        inference_io.load_class_names(path)
     assert path in str(error.value) and fragment in str(error.value)
 
 
 def test_dictionary_class_count_must_match_the_model(tmp_path):
     path = write(tmp_path / 'dict.txt', ML_IMAGES_DICT)
     with pytest.raises(serving.UsageError, match='has 4 classes, the model has 5'):
-        serving.load_class_names(path, 5)
+        inference_io.load_class_names(path, 5)
     with pytest.raises(serving.UsageError, match='does not exist'):
-        serving.load_class_names(str(tmp_path / 'none.txt'))
+        inference_io.load_class_names(str(tmp_path / 'none.txt'))
 
 
 def test_list_files_take_the_path_before_the_labels(tmp_path):
     path = write(tmp_path / 'list.txt', 'dir/a b.jpg\t0:1 3:0.9\n# comment\n\n'
                                         'c.png 2 4\n/abs/d.jpg\n')
-    assert serving.list_file_entries(path) == [
+    assert inference_io.list_file_entries(path) == [
         ('dir/a b.jpg', 'dir/a b.jpg'), ('c.png', 'c.png'), ('/abs/d.jpg', '/abs/d.jpg')]
-    assert serving.list_file_entries(path, '/root')[:2] == [
+    assert inference_io.list_file_entries(path, '/root')[:2] == [
         ('dir/a b.jpg', '/root/dir/a b.jpg'), ('c.png', '/root/c.png')]
 
 
@@ -90,13 +91,13 @@ def test_directories_give_their_images_recursively_in_natural_order(tmp_path):
         os.makedirs(os.path.dirname(str(tmp_path / name)), exist_ok=True)
         write(tmp_path / name, 'x')
     root = str(tmp_path)
-    names = [name for name, _ in serving.collect_images([root, 'other.jpg'])]
+    names = [name for name, _ in inference_io.collect_images([root, 'other.jpg'])]
     assert names == [os.path.join(root, 'img2.JPEG'), os.path.join(root, 'img10.jpg'),
                      os.path.join(root, 'sub', 'img1.png'), 'other.jpg']
     with pytest.raises(serving.UsageError, match='no images found in'):
-        serving.collect_images([_empty(tmp_path)])
+        inference_io.collect_images([_empty(tmp_path)])
     with pytest.raises(serving.UsageError, match='no images given'):
-        serving.collect_images()
+        inference_io.collect_images()
 
 
 def _empty(tmp_path):
@@ -108,13 +109,13 @@ def _empty(tmp_path):
 def test_ranked_classes_top_k_then_everything_over_the_threshold():
     scores = np.array([0.2, 0.9, 0.6, 0.9, 0.7], np.float32)
     # equal scores: lower class first, as tf.nn.top_k
-    assert [c for _, c, _, _ in serving.ranked_classes(scores, 2)] == [1, 3]
-    ranked = serving.ranked_classes(scores, 2, threshold=0.6)
+    assert [c for _, c, _, _ in inference_io.ranked_classes(scores, 2)] == [1, 3]
+    ranked = inference_io.ranked_classes(scores, 2, threshold=0.6)
     assert [(r, c, p) for r, c, _, p in ranked] == [(1, 1, True), (2, 3, True), (3, 4, True),
                                                     (4, 2, True)]
-    ranked = serving.ranked_classes(scores, 3, threshold=0.95)
+    ranked = inference_io.ranked_classes(scores, 3, threshold=0.95)
     assert [(c, p) for _, c, _, p in ranked] == [(1, False), (3, False), (4, False)]
-    assert len(serving.ranked_classes(scores, 99)) == 5
+    assert len(inference_io.ranked_classes(scores, 99)) == 5
 
 
 class Stream(object):
@@ -129,13 +130,13 @@ def test_tsv_and_json_lines_formats():
     outputs = {'scores': np.array([0.1, 0.8, 0.6], np.float32),
                'probabilities': np.array([0.2, 0.5, 0.3], np.float32)}
     stream = Stream()
-    writer = serving.PredictionWriter(stream, 'tsv', 1, 0.5, ['a', 'b c', 'd'])
+    writer = inference_io.PredictionWriter(stream, 'tsv', 1, 0.5, ['a', 'b c', 'd'])
     writer.write('x.jpg', outputs)
     assert stream.text.splitlines() == ['image\trank\tclass\tscore\tpositive\tname',
                                         'x.jpg\t1\t1\t0.800000\t1\tb c',
                                         'x.jpg\t2\t2\t0.600000\t1\td']
     stream = Stream()
-    writer = serving.PredictionWriter(stream, 'jsonl', 2, 0.7)
+    writer = inference_io.PredictionWriter(stream, 'jsonl', 2, 0.7)
     writer.write('x.jpg', outputs)
     writer.write('y.jpg', outputs)
     first, second = [json.loads(line) for line in stream.text.splitlines()]
@@ -144,7 +145,7 @@ def test_tsv_and_json_lines_formats():
                      'positives': [{'class': 1, 'score': 0.8}]}
     assert second['image'] == 'y.jpg'
     stream = Stream()
-    writer = serving.PredictionWriter(stream, 'tsv', 2, None)  # single-label: softmax
+    writer = inference_io.PredictionWriter(stream, 'tsv', 2, None)  # single-label: softmax
     writer.write('x.jpg', outputs)
     assert stream.text.splitlines() == ['image\trank\tclass\tscore', 'x.jpg\t1\t1\t0.500000',
                                         'x.jpg\t2\t2\t0.300000']
@@ -189,14 +190,14 @@ def test_a_failing_batch_is_split_to_find_the_bad_images(tmp_path):
 def test_atomic_output_appears_only_when_complete(tmp_path):
     path = str(tmp_path / 'out.txt')
     with pytest.raises(RuntimeError):
-        with serving.atomic_output(path) as out:
+        with inference_io.atomic_output(path) as out:
             out.write('half')
             raise RuntimeError('stop')
-    with serving.atomic_output(path) as out:
+    with inference_io.atomic_output(path) as out:
         out.write('nothing')
         out.discard()
     assert os.listdir(str(tmp_path)) == []
-    with serving.atomic_output(path) as out:
+    with inference_io.atomic_output(path) as out:
         out.write('done')
         assert 'out.txt' not in os.listdir(str(tmp_path))
     assert open(path).read() == 'done' and os.listdir(str(tmp_path)) == ['out.txt']

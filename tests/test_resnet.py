@@ -1,4 +1,4 @@
-"""Checkpoint names, shapes and parameter counts of the model against SPEC section 4."""
+"""Checkpoint names, shapes and parameter counts of the model against docs/original.md, Model."""
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -13,7 +13,7 @@ BN = ['gamma', 'beta', 'moving_mean', 'moving_variance']
 
 
 def spec_variables(resnet_size, class_num):
-    """Name -> shape of every model variable, written out from SPEC section 4."""
+    """Name -> shape of every model variable, written out from docs/original.md, Model."""
     filters = [256, 512, 1024, 2048]
     expected = {'init/init_conv/conv2d/kernel': (7, 7, 3, 64)}
     channels = 64

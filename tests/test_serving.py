@@ -11,8 +11,9 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import image_preprocess
+import model_fn
 import serving
-import train
+import train  # noqa: F401 (graph mode, as train.py runs)
 from test_train import CLASSES, run_train, small_run_flags, write_dataset
 from tools import extract_features
 from tools import predict as predict_tool
@@ -91,7 +92,7 @@ def images(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def reference(trained, images):
-    """Estimator.predict of train.resnet_model_fn on the good images, in order."""
+    """Estimator.predict of model_fn.resnet_model_fn on the good images, in order."""
     model_dir, _ = trained
     encoded = [data for _, data in images[1]]
 
@@ -105,7 +106,7 @@ def reference(trained, images):
 
     params = {'resnet_size': 18, 'class_num': CLASSES, 'data_format': 'channels_last',
               'batch_norm_decay': 0.0, 'batch_norm_epsilon': 1e-5}
-    estimator = tf.estimator.Estimator(train.resnet_model_fn, model_dir=model_dir,
+    estimator = tf.estimator.Estimator(model_fn.resnet_model_fn, model_dir=model_dir,
                                        params=params)
     rows = list(estimator.predict(input_fn))
     result = {key: np.stack([row[key] for row in rows])

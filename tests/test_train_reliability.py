@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -120,34 +121,41 @@ def test_truncated_shard_points_to_the_checker(good_data, tmp_path):
     assert 'truncated or corrupt' in last and 'check_tfrecords.py' in last, last
 
 
-# The five kills of the test below: the line that triggers each. Every run holds before
-# its local step 10 (TRAIN_TEST_GATE with a file that never appears), so a kill lands with
-# work left whatever the machine's speed: at most 9 steps a run, 36 in all, short of 40.
+# The five kills of the test below: the n-th line that matches each pattern triggers it.
+# Every run holds before its local step 10 (TRAIN_TEST_GATE with a file that never
+# appears), so a kill lands with work left whatever the machine's speed: at most 9 steps a
+# run, 36 in all, short of 40. Within 9 steps every run logs two step lines (every 4) and
+# saves twice (at its start and at the next multiple of 3).
 KILL_EVENTS = [
-    'training to global step',        # start-up, before the session exists
-    'Saving checkpoints for',         # a checkpoint being written (snapshot every 3 steps)
-    ' step 4: ',                      # between steps (logged every 4)
-    'Saving checkpoints for',
-    ' step 8: ',
+    ('training to global step', 1),   # start-up, before the session exists
+    ('Saving checkpoints for', 1),    # the checkpoint a session saves when it starts
+    (r'\bstep \d+: ', 1),              # between steps
+    ('Saving checkpoints for', 2),    # a checkpoint of the snapshot interval
+    (r'\bstep \d+: ', 2),
 ]
 
 
-def run_until(flags, event, gate):
-    """Runs train.py until a stderr line contains `event`, then SIGKILLs it; returns
-    whether the event came (False: the process ended first) and the lines read."""
+def run_until(flags, pattern, occurrence, gate):
+    """Runs train.py until the `occurrence`-th stderr line matching `pattern`, then
+    SIGKILLs it; returns whether that line came and the lines read. A watchdog bounds a
+    broken run (the gate would otherwise hold it forever)."""
     env = dict(ENV, TRAIN_TEST_GATE='10:' + gate)
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'train.py')] + flags,
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    lines = []
+    watchdog = threading.Timer(600, proc.kill)
+    watchdog.start()
+    lines, seen = [], 0
     try:
         for line in proc.stderr:
             lines.append(line)
-            if event in line:
+            seen += bool(re.search(pattern, line))
+            if seen == occurrence:
                 proc.send_signal(signal.SIGKILL)
                 return True, lines
         return False, lines
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()
         proc.stderr.close()
@@ -164,9 +172,9 @@ def test_killed_five_times_at_chosen_events_ends_at_max_iter(good_data, tmp_path
     # run the graph again (that would advance the counters past the step).
     flags[flags.index('--log_interval=1')] = '--log_interval=4'
     steps_before = []
-    for event in KILL_EVENTS:
-        came, lines = run_until(flags, event, str(tmp_path / 'never'))
-        assert came, (event, ''.join(lines[-30:]))
+    for pattern, occurrence in KILL_EVENTS:
+        came, lines = run_until(flags, pattern, occurrence, str(tmp_path / 'never'))
+        assert came, (pattern, occurrence, ''.join(lines[-30:]))
         steps_before.append(latest_step(model_dir))
     # The kills landed inside the run: progress was made and work was left.
     assert 0 < steps_before[-1] < 40, steps_before

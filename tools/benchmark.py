@@ -9,13 +9,13 @@
 On the same shards, in this one process and with the same batch size:
 
   pipelines (images/s and ratio to the floor):
-    input_fn(cpu)       train.input_fn(is_training=True, augment_on='cpu') as train.py
+    input_fn(cpu)       input_pipeline.input_fn(is_training=True, augment_on='cpu') as train.py
                         runs it on a CPU box: every augmentation per image in the pipeline
-    input_fn(device)    train.input_fn(is_training=True) with its default
+    input_fn(device)    input_pipeline.input_fn(is_training=True) with its default
                         augment_on='device', as train.py runs it on a GPU box: the
                         pipeline decodes the crop window and resizes; flip, rotation and
                         colour run batched in the model on the GPU
-    spec_literal        SPEC sections 2-3 to the letter: full decode_image, float before
+    spec_literal        the original's input_fn and image_preprocessing.py (docs/original.md, Input pipeline and Augmentation) to the letter: full decode_image, float before
                         the crop, sequential flat_map over the files, map with 5 parallel
                         calls, shuffle of decoded images, prefetch before batch,
                         tf.contrib.image.rotate's projective-transform kernel
@@ -163,7 +163,7 @@ def floor_dataset(files, batch_size, image_size):
 
 
 def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffer):
-    """SPEC sections 2-3 to the letter (the original program's pipeline)."""
+    """the original's input_fn and image_preprocessing.py (docs/original.md, Input pipeline and Augmentation) to the letter (the original program's pipeline)."""
     tf = _tf()
     import image_preprocess
 
@@ -189,18 +189,18 @@ def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffe
 
 def pipeline_dataset(name, files, args):
     tf = _tf()
-    import train
+    import input_pipeline
     if name == 'floor':
         return floor_dataset(files, args.batch_size, args.image_size)
     if name == 'spec_literal':
         return spec_literal_dataset(files, args.batch_size, args.image_size,
                                     args.class_num, args.shuffle_buffer)
     augment_on = name[len('input_fn('):-1]
-    return train.input_fn(True, None, args.batch_size, args.class_num, args.image_size,
-                          shuffle_buffer=args.shuffle_buffer,
-                          num_parallel_calls=args.num_preprocess_threads, files=files,
-                          augment_on=augment_on,
-                          private_threads=args.private_threads)
+    return input_pipeline.input_fn(True, None, args.batch_size, args.class_num,
+                                   args.image_size, shuffle_buffer=args.shuffle_buffer,
+                                   num_parallel_calls=args.num_preprocess_threads,
+                                   files=files, augment_on=augment_on,
+                                   private_threads=args.private_threads)
 
 
 class Measured(object):
@@ -244,7 +244,6 @@ def build_pipeline(name, files, args):
 # ------------------------------------------------------------------------------ steps
 
 def step_params(args, data_format='channels_last'):
-    import train
     return {
         'resnet_size': args.resnet_size, 'class_num': args.class_num,
         'data_format': data_format, 'batch_norm_decay': 0.997, 'batch_norm_epsilon': 1e-5,
@@ -253,18 +252,20 @@ def step_params(args, data_format='channels_last'):
         'lr_warmup': 0.1, 'lr_warmup_decay_step': 0, 'lr_warmup_decay_factor': 1.414,
         'opt_momentum': 0.9, 'batch_size': args.step_batch_size, 'log_interval': 100,
         'max_steps': None, 'dtype': args.dtype,
-    }, train
+    }
 
 
 def build_step(name, files, args, literal_model=False, xla=None):
-    """A training step of train.resnet_model_fn on synthetic or real input.
+    """A training step of model_fn.resnet_model_fn on synthetic or real input.
 
     literal_model: the convolutions' input gradients as TensorFlow computes them (the
     original's graph) instead of resnet.py's CPU fast path.
     """
     tf = _tf()
+    import input_pipeline
+    import model_fn
     import resnet
-    params, train = step_params(args)
+    params = step_params(args)
     xla = args.xla if xla is None else xla
     graph = tf.Graph()
     saved = resnet._conv_same_fast_input_grad
@@ -272,7 +273,7 @@ def build_step(name, files, args, literal_model=False, xla=None):
         resnet._conv_same_fast_input_grad = lambda x, k: tf.nn.conv2d(x, k, 1, 'SAME')
     try:
         with graph.as_default():
-            dataset = train.input_fn(
+            dataset = input_pipeline.input_fn(
                 True, None, args.step_batch_size, args.class_num, args.step_image_size,
                 shuffle_buffer=args.shuffle_buffer,
                 num_parallel_calls=args.num_preprocess_threads, files=files,
@@ -281,8 +282,8 @@ def build_step(name, files, args, literal_model=False, xla=None):
                 private_threads=args.private_threads)
             iterator = tf.data.make_initializable_iterator(dataset)
             features, labels = iterator.get_next()
-            spec = train.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
-                                         params)
+            spec = model_fn.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
+                                            params)
             init = [iterator.initializer, tf.global_variables_initializer(),
                     tf.local_variables_initializer()]
     finally:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Check TFRecord shards (SPEC section 1) before a long training run.
+"""Check TFRecord shards (docs/original.md, Records) before a long training run.
 
     python tools/check_tfrecords.py --class_num 11166 data/            # train/ and val/
     python tools/check_tfrecords.py --class_num 12 data/train/3.tfrecords --json
@@ -63,17 +63,6 @@ SPLITS = ('train', 'val')
 MAX_STORED_WARNINGS = 1000  # per file; counts stay exact (see check_file)
 MAX_LISTED_VALUES = 5       # offending label entries quoted in one reason
 
-# Feature name -> (proto kind, value training falls back to, or None when required).
-# Mirrors train.RECORD_FEATURES (a test keeps the two in step); importing train here would
-# pull in the model and its flags.
-FEATURES = collections.OrderedDict([
-    ('image', ('bytes_list', None)),
-    ('label', ('bytes_list', None)),
-    ('width', ('int64_list', 0)),
-    ('height', ('int64_list', 0)),
-    ('name', ('bytes_list', '')),
-])
-
 # Reason prefixes, stable for scripts that grep the report.
 NOT_EXAMPLE = 'not an Example'
 MISSING_FEATURE = 'missing feature'
@@ -131,8 +120,15 @@ def _tf():
 
 def _op_error_text(exc):
     """The useful part of a graph-mode OpError message (train.py's wording)."""
-    import train  # lazily: it imports TensorFlow, which --help and usage errors skip
-    return train.op_error_text(exc)
+    import errors
+    return errors.op_error_text(exc)
+
+
+def _records():
+    """records.py, the record format (imports TensorFlow: on first use)."""
+    _tf()
+    import records
+    return records
 
 
 class _TFDecoder(object):
@@ -221,11 +217,10 @@ def _check_label(raw, class_num, reasons, warnings):
     return label
 
 
-def _sparse_label_bytes(feature_map, class_num, reasons):
-    """label/index + label/value as the dense label's bytes, or None after a reason."""
-    index = feature_map['label/index'].int64_list.value
-    value = feature_map['label/value'].float_list.value if 'label/value' in feature_map \
-        else []
+def _sparse_label_bytes(sparse, class_num, reasons):
+    """label/index + label/value (records.sparse_entries) as the dense label's bytes, or
+    None after a reason."""
+    index, value = sparse
     if not len(index) or len(index) != len(value):
         reasons.append('%s: label/index has %d values, label/value %d (equal and > 0 '
                        'expected)' % (BAD_FEATURE, len(index), len(value)))
@@ -236,9 +231,7 @@ def _sparse_label_bytes(feature_map, class_num, reasons):
         reasons.append('%s: label/index %d outside [0, class_num=%d)'
                        % (LABEL_LENGTH, outside[0], class_num))
         return None
-    dense = np.zeros(class_num, '<f4')
-    dense[index] = np.asarray(value, np.float32)
-    return dense.tobytes()
+    return _records().dense_label(index, value, class_num).tobytes()
 
 
 def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
@@ -255,6 +248,7 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
     docstring.
     """
     tf = _tf()
+    records = _records()
     reasons, warnings = [], []
     example = tf.train.Example()
     try:
@@ -267,9 +261,9 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
     feature_map = example.features.feature
     values = {}
     # The compact layout (make_tfrecords.py --label_layout sparse) instead of `label`.
-    sparse = 'label' not in feature_map and 'label/index' in feature_map
-    for key, (kind, default) in FEATURES.items():
-        if key == 'label' and sparse:
+    sparse = records.sparse_entries(feature_map)
+    for key, (kind, default) in records.FEATURES.items():
+        if key == 'label' and sparse is not None:
             continue
         if key not in feature_map:
             if default is None:
@@ -303,8 +297,8 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
         name = values['name'].decode('utf-8', 'backslashreplace')
 
     label = positives = None
-    if sparse:
-        raw = _sparse_label_bytes(feature_map, class_num, reasons)
+    if sparse is not None:
+        raw = _sparse_label_bytes(sparse, class_num, reasons)
         if raw is not None:
             values['label'] = raw
     if 'label' in values:

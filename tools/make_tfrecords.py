@@ -66,7 +66,7 @@ from tools import progress as _progress  # noqa: E402
 
 PROG = 'make_tfrecords.py'
 SPLITS = ('train', 'val')
-LABEL_LAYOUTS = ('dense', 'sparse')
+LABEL_LAYOUTS = ('dense', 'sparse')  # records.LABEL_LAYOUTS, named here without TensorFlow
 SHARD_SUFFIX = '.tfrecords'
 TMP_MARKER = '.tmp-'
 
@@ -291,65 +291,20 @@ def load_image(path, jpeg_quality=95):
 
 
 def make_example(jpeg_bytes, label, width, height, name, label_layout='dense'):
-    """The tf.train.Example of one image (features image, label, width, height, name).
-
-    `label` is anything numpy turns into a 1-D float array; it is stored as
-    little-endian float32 bytes (label_layout 'dense') or as label/index + label/value
-    (label_layout 'sparse', see the module docstring). `name` may be str (stored as
-    UTF-8) or bytes.
-    """
-    label = np.asarray(label, dtype='<f4')
-    if label.ndim != 1:
-        raise ValueError('label must be 1-D, got shape %s' % (label.shape,))
-    if label_layout == 'sparse':
-        index = np.flatnonzero(label)
-        return make_sparse_example(jpeg_bytes, index, label[index], width, height, name)
-    if label_layout != 'dense':
-        raise ValueError('label_layout must be one of %s, got %r'
-                         % ('/'.join(LABEL_LAYOUTS), label_layout))
-    return _example(jpeg_bytes, width, height, name, label=label.tobytes())
+    """records.make_example: the tf.train.Example of one image."""
+    return _records().make_example(jpeg_bytes, label, width, height, name, label_layout)
 
 
 def make_sparse_example(jpeg_bytes, index, value, width, height, name):
-    """make_example with the label as label/index (int64) + label/value (float), the
-    classes with a non-zero confidence; no entry at all is stored as 0 -> 0.0."""
-    index = np.asarray(index, dtype=np.int64).reshape(-1)
-    value = np.asarray(value, dtype=np.float32).reshape(-1)
-    if index.shape != value.shape:
-        raise ValueError('label index and value differ in length: %d and %d'
-                         % (index.size, value.size))
-    if not index.size:
-        index, value = np.zeros(1, np.int64), np.zeros(1, np.float32)
-    order = np.argsort(index, kind='stable')
-    return _example(jpeg_bytes, width, height, name, index=index[order],
-                    value=value[order])
+    """records.make_sparse_example: the label as label/index + label/value."""
+    return _records().make_sparse_example(jpeg_bytes, index, value, width, height, name)
 
 
-def _example(jpeg_bytes, width, height, name, label=None, index=None, value=None):
-    tf = _tf()
-    if isinstance(name, str):
-        name = name.encode('utf-8')
-
-    def _bytes(value):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes(value)]))
-
-    def _int64(value):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
-
-    feature = {
-        'image': _bytes(jpeg_bytes),
-        'width': _int64(width),
-        'height': _int64(height),
-        'name': _bytes(name),
-    }
-    if label is not None:
-        feature['label'] = _bytes(label)
-    else:
-        feature['label/index'] = tf.train.Feature(
-            int64_list=tf.train.Int64List(value=[int(i) for i in index]))
-        feature['label/value'] = tf.train.Feature(
-            float_list=tf.train.FloatList(value=[float(v) for v in value]))
-    return tf.train.Example(features=tf.train.Features(feature=feature))
+def _records():
+    """records.py, the record format (imports TensorFlow: on first use)."""
+    _tf()
+    import records
+    return records
 
 
 # --------------------------------------------------------------------------- shards
@@ -510,7 +465,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     report_path: where the skipped images are listed; default `<out_dir>/<split>_report.txt`.
     overwrite: rewrite shards that already exist (by default they are skipped).
     progress: draw a progress line and per-shard notes on stderr.
-    label_layout: 'dense' (SPEC's float32 bytes, the default) or 'sparse' (label/index +
+    label_layout: 'dense' (the original's float32 bytes, the default) or 'sparse' (label/index +
       label/value, see the module docstring).
 
     Every list is validated before anything is written. Raises InputError or
@@ -732,7 +687,7 @@ def build_parser():
                         help='JPEG quality for images that must be re-encoded: non-JPEG '
                              'files and CMYK/YCCK JPEGs (default: 95)')
     parser.add_argument('--label_layout', choices=LABEL_LAYOUTS, default='dense',
-                        help='dense: the label as class_num float32 bytes (SPEC, read by '
+                        help='dense: the label as class_num float32 bytes (the original\'s, read by '
                              'the original program; default). sparse: label/index + '
                              'label/value lists of the non-zero classes, a few dozen bytes '
                              'instead of 4 x class_num (train.py reads both)')

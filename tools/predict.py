@@ -146,6 +146,12 @@ def import_serving():
     return serving, (serving.UsageError, file_db.DataError)
 
 
+def import_inference_io():
+    """inference_io.py (image lists and class dictionaries), after import_serving."""
+    import inference_io
+    return inference_io
+
+
 def load_model(serving, args, top_k=5):
     """The serving.Predictor the model arguments name."""
     return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
@@ -161,7 +167,8 @@ def with_predictor(args, work, error, top_k=5):
     serving, bad_input = import_serving()
     predictor = None
     try:
-        images = serving.collect_images(args.images, args.list, args.image_root)
+        images = import_inference_io().collect_images(args.images, args.list,
+                                                      args.image_root)
         predictor = load_model(serving, args, top_k)
         return work(serving, predictor, images)
     except bad_input as e:
@@ -186,7 +193,7 @@ def main(argv=None):
         0.5 if args.threshold is None else args.threshold)
 
     def work(serving, predictor, images):
-        names = (serving.load_class_names(args.class_dict, predictor.class_num)
+        names = (import_inference_io().load_class_names(args.class_dict, predictor.class_num)
                  if args.class_dict else None)
         return serving.run_predict(predictor, images, args.output, args.format,
                                    args.batch_size, args.top_k, threshold, names, PROG)

@@ -1,0 +1,138 @@
+"""The Estimator model_fn: ResNet on the batch, the loss, the learning-rate schedule,
+Momentum, and the summaries.
+
+    logits = resnet(network_input(images))
+    loss = cross_entropy (loss.multilabel_cross_entropy, or softmax for single labels)
+           + weight_decay x L2 of the trained weights
+    train_op = Momentum(lr_schedule.learning_rate(global_step)).minimize(loss)
+
+Summaries: images, cross_entropy, train_accuracy, learning_rate, skipped_records and the
+loss's histograms; evaluation metrics are metrics.multilabel_metrics.
+"""
+import tensorflow.compat.v1 as tf
+
+import checkpoints
+import distribute
+import hooks
+import image_preprocess
+import input_pipeline
+import loss as loss_lib
+import lr_schedule
+import metrics
+import precision
+import resnet
+
+NON_FINITE_LOSS = 'non-finite training loss'
+# TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
+# histogram for: ..."): non-finite values of the model, never a record's fault.
+NON_FINITE_SUMMARY = 'in summary histogram for'
+
+
+def resnet_model_fn(features, labels, mode, params):
+    """The Estimator model_fn (see the module docstring).
+
+    params: resnet_size, class_num, data_format, batch_norm_decay, batch_norm_epsilon
+    (all a prediction needs), and for training and evaluation mask_thres, neg_select,
+    random_seed, weight_decay, lr, lr_decay_step, lr_decay_factor, warmup, lr_warmup,
+    lr_warmup_decay_step, lr_warmup_decay_factor, opt_momentum, batch_size (images a step
+    of this process), log_interval, max_steps; optional: label_type ('multi': the
+    original's weighted multi-label loss; 'single': softmax cross-entropy), frozen_stages
+    (FixBlock2: 2), dtype, pretrain_ckpt and warm_start (checkpoint variable names to
+    initialise from it, see checkpoints.warm_start_names), legacy_counters and
+    max_to_keep (checkpoints.legacy_saver), images_per_global_step, worker_name and job
+    (the log line's whole-job rate, see hooks.TrainingLogHook).
+    """
+    training = mode == tf.estimator.ModeKeys.TRAIN
+    skipped = None
+    if isinstance(features, dict) and input_pipeline.SYNTHETIC in features:
+        features, labels = input_pipeline.synthetic_batch(features[input_pipeline.SYNTHETIC],
+                                                          params['class_num'])
+    elif isinstance(features, dict):
+        skipped = features.get('skipped_records')
+        features = features['image']
+    # uint8 batches (--augment_on=device) are augmented here, on the training device.
+    features = image_preprocess.network_input(features, training)
+    tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
+    model = resnet.ResNet(params['resnet_size'], params['class_num'], params['data_format'],
+                          params['batch_norm_decay'], params['batch_norm_epsilon'],
+                          params.get('frozen_stages', 0))
+    dtype = params.get('dtype', 'fp32')
+    with precision.model_scope(dtype):
+        logits = precision.float32(model(precision.model_input(features, dtype), training))
+    model.features = precision.float32(model.features)
+    if training and params.get('warm_start'):
+        # Changes only the initializers: a checkpoint in model_dir still wins on restart.
+        tf.train.init_from_checkpoint(params['pretrain_ckpt'],
+                                      {name: name for name in params['warm_start']})
+    predictions = {
+        'classes': tf.argmax(logits, axis=1),
+        'probabilities': tf.nn.softmax(logits),
+        'scores': tf.sigmoid(logits),
+        'features': model.features,
+    }
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
+
+    stats = {}
+    if params.get('label_type', 'multi') == 'single':
+        cross_entropy = loss_lib.softmax_cross_entropy(labels, logits)
+    else:
+        cross_entropy, stats = loss_lib.multilabel_cross_entropy(
+            labels, logits, params['mask_thres'], params['neg_select'],
+            params['random_seed'], update=training)
+    # With several replicas the step's cross_entropy is the mean over their batches (the
+    # loss of the global batch); the gradient comes from each replica's own.
+    reported_cross_entropy = distribute.all_reduce_mean(cross_entropy)
+    tf.summary.scalar('cross_entropy', reported_cross_entropy)
+    frozen = resnet.frozen_variables(tf.trainable_variables(), model.frozen_scopes())
+    trained = [v for v in tf.trainable_variables() if v not in frozen]
+    # Frozen weights do not change, so their L2 term would only be a constant.
+    loss = cross_entropy + loss_lib.l2_regularization(trained, params['weight_decay'])
+    # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
+    # even the one saved at the end) can hold the broken weights. The histograms, which
+    # reject NaN themselves, wait for this check: the same failure always gets its name.
+    finite = tf.debugging.check_numerics(loss, NON_FINITE_LOSS) if training else None
+    with tf.control_dependencies([finite] if training else []):
+        for name, tensor in sorted(stats.items()):
+            tf.summary.histogram(name, tf.identity(tensor))
+    accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
+    tf.summary.scalar('train_accuracy', accuracy[1])
+
+    train_op, training_hooks = None, []
+    if training:
+        global_step = tf.train.get_or_create_global_step()
+        lr = lr_schedule.learning_rate(
+            global_step, params['lr'], params['lr_decay_step'], params['lr_decay_factor'],
+            params['warmup'], params['lr_warmup'], params['lr_warmup_decay_step'],
+            params['lr_warmup_decay_factor'])
+        tf.summary.scalar('learning_rate', lr)
+        optimizer = tf.train.MomentumOptimizer(lr, momentum=params['opt_momentum'])
+        optimizer = precision.wrap_optimizer(optimizer, dtype)
+        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS) + [finite]):
+            train_op = optimizer.minimize(loss, global_step, var_list=trained)
+        logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
+                  'train_accuracy': accuracy[1]}
+        if skipped is not None:
+            logged['skipped_records'] = tf.reduce_max(skipped)
+            tf.summary.scalar('skipped_records', logged['skipped_records'])
+        training_hooks.append(hooks.TrainingLogHook(
+            logged, params['batch_size'], params['log_interval'], params.get('max_steps'),
+            params.get('images_per_global_step'), params.get('worker_name'),
+            params.get('job', False)))
+    eval_metrics = None
+    if mode == tf.estimator.ModeKeys.EVAL:
+        # The histograms of mAP cannot place a NaN: say what it means instead.
+        scores = tf.debugging.check_numerics(
+            predictions['scores'], 'the model outputs NaN or Inf in inference mode (a '
+            'diverged model, or one trained too briefly for its batch-norm moving averages)')
+        eval_metrics = metrics.multilabel_metrics(labels, scores, params['mask_thres'])
+        eval_metrics['cross_entropy'] = tf.metrics.mean(cross_entropy)
+    scaffold = None
+    if params.get('legacy_counters'):
+        # Built last: the saver must see every variable, the Momentum slots included.
+        scaffold = tf.train.Scaffold(
+            saver=checkpoints.legacy_saver(params.get('max_to_keep', 5)))
+    return tf.estimator.EstimatorSpec(
+        mode=mode, predictions=predictions, loss=loss, train_op=train_op,
+        eval_metric_ops=eval_metrics, training_hooks=training_hooks, scaffold=scaffold)
+

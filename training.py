@@ -1,0 +1,370 @@
+"""Training and evaluation with tf.estimator, from the run's options (train.py's flags as
+plain values, one attribute each: opts.batch_size, opts.model_dir, ...; see
+train.Options).
+
+train: this worker's shard files (file_db) -> input_pipeline.input_fn -> the Estimator of
+model_fn.resnet_model_fn, to global step max_iter, evaluating every test_interval steps in
+train_and_eval mode; in a TF_CONFIG cluster tf.estimator.train_and_evaluate. evaluate: a
+checkpoint on test_iter batches of val. Errors: errors.UsageError before a graph exists,
+errors.TrainingError (one line with what to do) after.
+"""
+import logging
+import os
+
+import tensorflow.compat.v1 as tf
+
+import checkpoints
+import distribute
+import file_db
+import hooks
+import input_pipeline
+import model_fn
+import records
+import resnet
+from errors import TrainingError, UsageError, op_error_text
+
+
+def gpu_visible():
+    return bool(tf.config.experimental.list_physical_devices('GPU'))
+
+
+def resolve_data_format(data_format, has_gpu):
+    """'auto' -> NCHW with a GPU, NHWC without; NCHW without a GPU is an error."""
+    if data_format.lower() == 'auto':
+        return 'channels_first' if has_gpu else 'channels_last'
+    try:
+        resolved = resnet.normalize_data_format(data_format)
+    except ValueError as e:
+        raise UsageError('--data_format: %s' % e)
+    if resolved == 'channels_first' and not has_gpu:
+        raise UsageError('--data_format=%s needs a GPU: TensorFlow\'s CPU convolutions '
+                         'support only NHWC (use --data_format=NHWC or auto)' % data_format)
+    return resolved
+
+
+def training_steps(opts):
+    """--max_iter as the Estimator's max_steps: None (no end) for 0."""
+    return opts.max_iter if opts.max_iter > 0 else None
+
+
+def evaluation_batches(opts):
+    """--test_iter as the Estimator's evaluation steps: None (the whole val split) for 0."""
+    return opts.test_iter if opts.test_iter > 0 else None
+
+
+def performance_args(opts, has_gpu=None):
+    """input_fn's keyword arguments from the Performance options."""
+    has_gpu = gpu_visible() if has_gpu is None else has_gpu
+    return {'augment_on': input_pipeline.resolve_augment_on(opts.augment_on, has_gpu),
+            'use_synthetic_data': opts.use_synthetic_data,
+            'private_threads': opts.private_threads}
+
+
+def model_params(opts, data_format):
+    """The params of model_fn.resnet_model_fn for this run."""
+    return {
+        'resnet_size': opts.resnet_size, 'class_num': opts.class_num,
+        'data_format': data_format,
+        'batch_norm_decay': opts.batch_norm_decay,
+        'batch_norm_epsilon': opts.batch_norm_epsilon,
+        'mask_thres': opts.mask_thres, 'neg_select': opts.neg_select,
+        'random_seed': opts.random_seed, 'weight_decay': opts.weight_decay, 'lr': opts.lr,
+        'lr_decay_step': opts.lr_decay_step, 'lr_decay_factor': opts.lr_decay_factor,
+        'warmup': opts.warmup, 'lr_warmup': opts.lr_warmup,
+        'lr_warmup_decay_step': opts.lr_warmup_decay_step,
+        'lr_warmup_decay_factor': opts.lr_warmup_decay_factor,
+        'opt_momentum': opts.opt_momentum, 'batch_size': opts.batch_size,
+        'log_interval': opts.log_interval,
+        'max_steps': training_steps(opts),
+        'max_to_keep': opts.max_to_keep,
+        'legacy_counters': checkpoints.has_legacy_counters(opts.model_dir),
+        'label_type': opts.label_type, 'frozen_stages': 2 if opts.FixBlock2 else 0,
+        'dtype': opts.dtype,
+    }
+
+
+def cluster_plan(opts):
+    """distribute.plan from the options and TF_CONFIG; raises UsageError."""
+    if opts.mode == 'train_and_eval' and distribute.current_task() is not None:
+        raise UsageError('--mode=train_and_eval in a TF_CONFIG cluster is not implemented: '
+                         'train with --mode=train and evaluate the checkpoints with '
+                         '--mode=eval')
+    try:
+        # --visiable_gpu=k makes GPUs k, k + 1, ... visible (-1: all of them).
+        gpus = len(tf.config.list_physical_devices('GPU')) - max(0, opts.visiable_gpu)
+        plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num,
+                               opts.worker_id, opts.batch_size, gpus)
+    except distribute.ConfigError as e:
+        raise UsageError(str(e))
+    if (plan.replicas > 1 or plan.distribution != 'none') and \
+            checkpoints.has_legacy_counters(opts.model_dir):
+        raise UsageError('%s holds a checkpoint of the original program (counters Variable, '
+                         'Variable_1): it continues on one device only, not with %s' % (
+                             opts.model_dir, '--num_gpus=%d' % opts.num_gpus
+                             if plan.replicas > 1
+                             else '--distribution=%s' % plan.distribution))
+    return plan
+
+
+def training_files(opts, plan):
+    """This worker's shard files, checked, and the record-level split (None, or
+    (workers, index) when there are fewer files than workers); raises
+    file_db.DataError / UsageError."""
+    files = file_db.list_shards(opts.data_dir, 'train', opts.file_pattern)
+    share, record_shard = file_db.data_share(files, plan.worker_num, plan.worker_id)
+    records.check_label_length(share, opts.class_num, opts.label_type)
+    return share, record_shard
+
+
+def evaluation_files(opts):
+    """All val shard files, checked like the training ones."""
+    files = file_db.list_shards(opts.data_dir, 'val', opts.file_pattern)
+    records.check_label_length(files, opts.class_num, opts.label_type)
+    return files
+
+
+def make_estimator(opts, data_format, warm_start=None, plan=None):
+    """The Estimator of this run; warm_start = (checkpoint, variable names) to fine-tune;
+    plan: distribute.Plan of a training run (its strategy, cluster role, images a step)."""
+    session_config = tf.ConfigProto()
+    session_config.gpu_options.allow_growth = True
+    if opts.visiable_gpu >= 0:
+        session_config.gpu_options.visible_device_list = ','.join(
+            str(opts.visiable_gpu + i) for i in range(max(1, opts.num_gpus)))
+    # An evaluator is not a member of the cluster: a local session, no strategy.
+    cluster_member = plan is not None and not plan.evaluates
+    if cluster_member and plan.distribution == 'ps':
+        # What RunConfig does when it makes the session config: a task sees only the ps
+        # tasks and itself, so it neither waits for nor depends on the other workers.
+        session_config.device_filters.extend(
+            ['/job:ps', '/job:%s/task:%d' % (plan.task.type, plan.task.index)])
+    if opts.xla:
+        session_config.graph_options.optimizer_options.global_jit_level = (
+            tf.OptimizerOptions.ON_1)
+    run_config = tf.estimator.RunConfig(
+        save_checkpoints_steps=opts.snapshot, keep_checkpoint_max=opts.max_to_keep,
+        save_summary_steps=opts.summary_interval or opts.log_interval,
+        log_step_count_steps=opts.log_interval,
+        session_config=session_config,
+        train_distribute=distribute.train_distribute(
+            plan.distribution, opts.num_gpus) if cluster_member else None)
+    params = model_params(opts, data_format)
+    if plan is not None:
+        params['batch_size'] = plan.images_per_step  # images a step of this process
+        params['images_per_global_step'] = plan.images_per_global_step
+        params['worker_name'] = plan.task.name if plan.task else 'worker'
+        params['job'] = plan.task is not None
+    if warm_start:
+        params['pretrain_ckpt'], params['warm_start'] = warm_start
+    return tf.estimator.Estimator(model_fn=model_fn.resnet_model_fn,
+                                  model_dir=opts.model_dir, config=run_config, params=params)
+
+
+def describe_failure(error, opts, step):
+    """One line for an error that stopped training, with what to do about it."""
+    first_line = op_error_text(error)
+    last = tf.train.latest_checkpoint(opts.model_dir)
+    kept = ('the last checkpoint %s is kept' % os.path.basename(last) if last
+            else 'no checkpoint was written')
+    at = ' at step %d' % step if step is not None else ''
+    if model_fn.NON_FINITE_LOSS in error.message or \
+            model_fn.NON_FINITE_SUMMARY in error.message:
+        return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
+    if isinstance(error, tf.errors.DataLossError):
+        return ('a shard is truncated or corrupt (%s)%s; find it with: python '
+                'tools/check_tfrecords.py --class_num=%d %s' % (
+                    first_line, at, opts.class_num, os.path.join(opts.data_dir, 'train')))
+    if isinstance(error, tf.errors.InvalidArgumentError):
+        return ('bad record%s: %s; find it with tools/check_tfrecords.py, or train on with '
+                '--skip_bad_records; %s' % (at, first_line, kept))
+    return '%s%s; %s' % (first_line, at, kept)
+
+
+def log_to_file(log_dir, name='train.log'):
+    """Copies TensorFlow's log (ours and the Estimator's) to <log_dir>/<name>."""
+    os.makedirs(log_dir, exist_ok=True)
+    handler = logging.FileHandler(os.path.join(log_dir, name))
+    handler.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
+    logging.getLogger('tensorflow').addHandler(handler)
+
+
+def eval_input_fn(opts, files):
+    return lambda: input_pipeline.input_fn(
+        False, opts.data_dir, opts.batch_size, opts.class_num, opts.image_size,
+        num_parallel_calls=opts.num_preprocess_threads, files=files,
+        label_type=opts.label_type, augment_on=performance_args(opts)['augment_on'])
+
+
+def training_input_fn(opts, files, record_shard=None):
+    """The training input_fn; under a strategy it is called once per worker and every
+    replica takes its own batch of --batch_size from it."""
+    return lambda: input_pipeline.input_fn(
+        True, opts.data_dir, opts.batch_size, opts.class_num, opts.image_size,
+        file_pattern=opts.file_pattern, file_shuffle_buffer=opts.file_shuffle_buffer,
+        shuffle_buffer=opts.shuffle_buffer, num_parallel_calls=opts.num_preprocess_threads,
+        files=files, skip_bad_records=opts.skip_bad_records,
+        object_cover=opts.object_cover, area_cover=opts.area_cover,
+        label_type=opts.label_type, record_shard=record_shard, **performance_args(opts))
+
+
+def cluster_eval_spec(opts, val_files):
+    """The EvalSpec an evaluator task follows: every new checkpoint of --model_dir, at most
+    one each --eval_throttle_secs, on --test_iter batches of val (0 = all); it stops after
+    the checkpoint of global step --max_iter."""
+    return tf.estimator.EvalSpec(eval_input_fn(opts, val_files),
+                                 steps=evaluation_batches(opts),
+                                 start_delay_secs=0, throttle_secs=opts.eval_throttle_secs)
+
+
+def format_metrics(results):
+    return ', '.join('%s = %.4f' % (k, v) for k, v in sorted(results.items())
+                     if k != 'global_step')
+
+
+def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
+    """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
+    Without an estimator: --checkpoint_path, else the latest in --model_dir."""
+    if estimator is None:
+        data_format = resolve_data_format(opts.data_format, gpu_visible())
+        files = evaluation_files(opts)
+        checkpoint_path = opts.checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
+        if not checkpoint_path:
+            raise UsageError('no checkpoint to evaluate in --model_dir=%s (give '
+                             '--checkpoint_path)' % opts.model_dir)
+        if not tf.train.checkpoint_exists(checkpoint_path):
+            raise UsageError('--checkpoint_path=%s does not exist' % checkpoint_path)
+        log_to_file(opts.log_dir)
+        estimator = make_estimator(opts, data_format)
+    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
+    checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
+    try:
+        results = estimator.evaluate(eval_input_fn(opts, files),
+                                     steps=evaluation_batches(opts),
+                                     checkpoint_path=checkpoint_path)
+    except tf.errors.OpError as e:
+        raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
+    tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
+                    results['global_step'], opts.test_iter or 'all', format_metrics(results))
+    return results
+
+
+def train(opts):
+    """Trains to global step --max_iter (evaluating every --test_interval steps in
+    train_and_eval mode); the options are validated (train.validate). Returns the
+    Estimator."""
+    plan = cluster_plan(opts)
+    data_format = resolve_data_format(opts.data_format, gpu_visible())
+    files, record_shard = ([], None) if opts.use_synthetic_data or not plan.trains else \
+        training_files(opts, plan)
+    val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
+                 else None)
+    warm_start = pretrained_variables(opts, data_format)
+    log_to_file(opts.log_dir, plan.log_name)
+    tf.logging.info('%s; %s', plan.role, distribute.describe_devices(plan, opts.batch_size))
+    if plan.trains and record_shard:
+        tf.logging.info('fewer shard files (%d) than workers (%d): split by record -- '
+                        'worker %d reads every file and takes records %d, %d + %d, ... of '
+                        'their interleave', len(files), plan.worker_num, plan.worker_id,
+                        plan.worker_id, plan.worker_id, plan.worker_num)
+    if plan.trains:
+        # Every name: the log shows which files each worker read.
+        tf.logging.info('worker %d/%d reads %d shard files: %s', plan.worker_id,
+                        plan.worker_num, len(files),
+                        ', '.join(os.path.basename(p) for p in files))
+    if plan.evaluates:
+        tf.logging.info('evaluator: every new checkpoint of %s (at most one each %d s) on %s '
+                        'of the %d val shard files, until global step %s', opts.model_dir,
+                        opts.eval_throttle_secs, '%d batches' % opts.test_iter
+                        if opts.test_iter else 'all', len(val_files),
+                        opts.max_iter if opts.max_iter > 0 else 'infinity (never stops)')
+    tf.logging.info('data_format %s, ResNet-%d, %d classes, batch %d, image %d',
+                    data_format, opts.resnet_size, opts.class_num, opts.batch_size,
+                    opts.image_size)
+    tf.logging.info('augmentation on %s, dtype %s, XLA %s%s',
+                    performance_args(opts)['augment_on'], opts.dtype,
+                    'on' if opts.xla else 'off',
+                    ', synthetic data (no file is read)' if opts.use_synthetic_data else '')
+    if opts.lr_decay_step == 0:
+        tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
+                        'warm-up)', opts.lr)
+    checkpoints.check_checkpoint_head(checkpoints.latest_checkpoint(opts.model_dir),
+                                      opts.class_num)
+    warm_start = log_fine_tuning(opts, warm_start)
+    estimator = make_estimator(opts, data_format, warm_start, plan)
+    tracker = hooks.StepTracker()
+    run_hooks = [tracker]
+    gate = hooks.TestGateHook.from_environment()
+    if gate:
+        run_hooks.append(gate)
+    if plan.distribution == 'ps' and opts.max_iter > 0:
+        run_hooks.append(hooks.StopAtGlobalStepHook(opts.max_iter))
+    if estimator.params['legacy_counters']:
+        tf.logging.info('%s holds a checkpoint of the original program: its loss counters '
+                        'are read and written as %s', opts.model_dir,
+                        ' and '.join(sorted(checkpoints.LEGACY_COUNTER_NAMES.values())))
+    tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
+                    opts.max_iter if opts.max_iter > 0 else 'infinity', opts.model_dir)
+    try:
+        if plan.distribution in ('ps', 'collective'):
+            # Runs a ps task's server until the launcher stops it; trains on the others.
+            tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
+                training_input_fn(opts, files, record_shard),
+                max_steps=training_steps(opts), hooks=run_hooks),
+                cluster_eval_spec(opts, val_files))
+        elif opts.mode == 'train_and_eval':
+            step = checkpoints.estimator_step(opts.model_dir)
+            last = opts.max_iter if opts.max_iter > 0 else float('inf')
+            while step < last:
+                step = min(last, (step // opts.test_interval + 1) * opts.test_interval)
+                train_on(estimator, opts, files, run_hooks, step, record_shard)
+                evaluate(opts, estimator, files=val_files)
+        else:
+            train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
+    except tf.errors.OpError as e:
+        raise TrainingError(describe_failure(e, opts, tracker.failed_step))
+    except UnicodeDecodeError:
+        # TF quotes the raw bytes of an unparseable record in its error, which then fails
+        # to decode as text: all that is left to say is which kind of problem it was.
+        raise TrainingError(
+            'a record is not a tf.train.Example%s; find it with tools/check_tfrecords.py, '
+            'or train on with --skip_bad_records' % (
+                ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
+    tf.logging.info('done; TensorBoard: tensorboard --logdir %s', opts.model_dir)
+    return estimator
+
+
+def pretrained_variables(opts, data_format):
+    """Checks --pretrain_ckpt against the model; (checkpoint, names to warm-start) or None."""
+    if not opts.pretrain_ckpt:
+        return None
+    checkpoint = checkpoints.resolve_checkpoint(opts.pretrain_ckpt, 'pretrain_ckpt')
+    shapes = checkpoints.model_variable_shapes(opts.resnet_size, opts.class_num,
+                                               opts.image_size, data_format)
+    return checkpoint, checkpoints.warm_start_names(checkpoint, shapes, opts.resnet_size)
+
+
+def log_fine_tuning(opts, warm_start):
+    """Says what --pretrain_ckpt / --FixBlock2 do in this run; returns warm_start or None
+    when model_dir's own checkpoint takes precedence (a restart)."""
+    if opts.FixBlock2:
+        tf.logging.info('FixBlock2: init and stages 0-1 are frozen (not trained, batch norm '
+                        'in inference mode)%s', '' if opts.pretrain_ckpt else
+                        ' -- without --pretrain_ckpt they keep their random initialisation')
+    if not warm_start:
+        return None
+    if checkpoints.latest_checkpoint(opts.model_dir):
+        tf.logging.info('--pretrain_ckpt is not used: %s already holds a checkpoint, training '
+                        'resumes from it', opts.model_dir)
+        return None
+    checkpoint, names = warm_start
+    head = dict(tf.train.list_variables(checkpoint)).get('logits/dense/bias')
+    tf.logging.info('fine-tuning from %s: %d variables restored (%d batch-norm moving '
+                    'statistics); new head of %d classes%s', checkpoint, len(names),
+                    sum('moving_' in n for n in names), opts.class_num,
+                    ' (the checkpoint\'s has %d)' % head[0] if head else '')
+    return warm_start
+
+
+def train_on(estimator, opts, files, run_hooks, max_steps, record_shard=None):
+    estimator.train(input_fn=training_input_fn(opts, files, record_shard),
+                    max_steps=max_steps, hooks=run_hooks)
