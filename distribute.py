@@ -229,13 +229,28 @@ def mirrored_devices(num_gpus):
     return ['/device:GPU:%d' % i for i in range(num_gpus)]
 
 
-def train_distribute(distribution, num_gpus, devices=None):
+def collective_resolver(local_gpus):
+    """TF_CONFIG's cluster and task with exactly `local_gpus` GPUs of this worker as its
+    replicas (0: its CPU). Given TF_CONFIG's own resolver, MultiWorkerMirroredStrategy
+    would take every GPU the process sees, whatever --num_gpus says."""
+    resolvers = tf.distribute.cluster_resolver
+    base = resolvers.TFConfigClusterResolver()
+    return resolvers.SimpleClusterResolver(
+        base.cluster_spec(), task_type=base.task_type, task_id=base.task_id,
+        num_accelerators={'GPU': local_gpus} if local_gpus else {},
+        rpc_layer=base.rpc_layer or 'grpc')
+
+
+def train_distribute(distribution, num_gpus, devices=None, gpu_count=0):
     """The tf.distribute strategy for RunConfig(train_distribute=...), None for none / ps.
 
     devices: MirroredStrategy's devices (default mirrored_devices(num_gpus)).
+    gpu_count: the GPUs this process sees; a collective worker replicates over num_gpus of
+    them, or over its CPU when it sees none.
     """
     if distribution == 'collective':
-        return tf.distribute.experimental.MultiWorkerMirroredStrategy()
+        return tf.distribute.experimental.MultiWorkerMirroredStrategy(
+            cluster_resolver=collective_resolver(num_gpus if gpu_count else 0))
     if num_gpus > 1 or devices:
         return tf.distribute.MirroredStrategy(devices=devices or mirrored_devices(num_gpus))
     return None

@@ -205,8 +205,18 @@ _bool(G, 'use_synthetic_data', False,
 
 G = 'Devices'
 _int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the original\'s '
-     'spelling; with --num_gpus=N GPUs visiable_gpu ... visiable_gpu + N - 1); -1 = leave '
-     'all GPUs visible.')
+     'spelling; with --num_gpus=N GPUs visiable_gpu ... visiable_gpu + N - 1, counted in '
+     'CUDA_VISIBLE_DEVICES when that is set); -1 = leave all GPUs visible. Chosen once at '
+     'start, through CUDA_VISIBLE_DEVICES, for every session of the process.')
+_string(G, 'tf_gpu_thread_mode', 'off',
+        'off: TensorFlow\'s default threads. gpu_private (TF official\'s setting): each GPU '
+        'launches its kernels from 2 threads of its own; the inter-op pool and the input '
+        'pipeline\'s private pool are sized from the cores left (unless '
+        '--inter_op_threads / --private_threads are given). gpu_shared: one pool for all '
+        'GPUs.')
+_int(G, 'inter_op_threads', 0, 'Threads running independent ops at once (0 = '
+     'TensorFlow\'s choice, or the gpu_private plan).')
+_int(G, 'intra_op_threads', 0, 'Threads inside one op (0 = TensorFlow\'s choice).')
 
 G = 'Evaluation'
 _int(G, 'test_interval', 0, '--mode=train_and_eval: steps between evaluations (> 0).')

@@ -51,7 +51,10 @@ def resnet_model_fn(features, labels, mode, params):
         skipped = features.get('skipped_records')
         features = features['image']
     # uint8 batches (--augment_on=device) are augmented here, on the training device.
-    features = image_preprocess.network_input(features, training)
+    # Kept out of XLA clusters: the augmentation's per-step partition sizes vary, and a
+    # cluster built on them would be recompiled at every new shape.
+    with tf.xla.experimental.jit_scope(compile_ops=False):
+        features = image_preprocess.network_input(features, training)
     tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
     model = resnet.ResNet(params['resnet_size'], params['class_num'], params['data_format'],
                           params['batch_norm_decay'], params['batch_norm_epsilon'],

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import checkpoints
+import devices
 import image_preprocess
 import inference_io
 import model_fn
@@ -120,7 +121,7 @@ def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DE
     try:
         with tf.Graph().as_default():
             encoded, outputs = build_inference_graph(params, image_size, top_k)
-            with tf.Session() as session:
+            with tf.Session(config=devices.session_config()) as session:
                 restore(session, checkpoint_path)
                 signature = tf.saved_model.signature_def_utils.predict_signature_def(
                     inputs={INPUT_KEY: encoded}, outputs=outputs)
@@ -162,7 +163,7 @@ class Predictor(object):
         graph = tf.Graph()
         with graph.as_default():
             encoded, outputs = build_inference_graph(params, image_size, top_k)
-            session = tf.Session(graph=graph)
+            session = tf.Session(graph=graph, config=devices.session_config())
             try:
                 restore(session, checkpoint_path)
             except UsageError:
@@ -176,7 +177,7 @@ class Predictor(object):
             raise UsageError('%s is not a SavedModel directory (no saved_model.pb)'
                              % export_dir)
         graph = tf.Graph()
-        session = tf.Session(graph=graph)
+        session = tf.Session(graph=graph, config=devices.session_config())
         try:
             with graph.as_default():
                 try:

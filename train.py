@@ -19,6 +19,7 @@ import tensorflow.compat.v1 as tf
 
 import checkpoints
 import demo
+import devices
 import file_db
 import flags as flags_lib
 import inference_io
@@ -60,6 +61,32 @@ def check_performance_flags(augment_on, dtype, private_threads):
                          % (', '.join(precision.DTYPES), dtype))
     if private_threads < 0:
         raise UsageError('--private_threads must be >= 0, got %d' % private_threads)
+
+
+def check_device_flags(opts):
+    """The Devices group's values; raises UsageError."""
+    if opts.tf_gpu_thread_mode not in devices.GPU_THREAD_MODES:
+        raise UsageError('--tf_gpu_thread_mode must be one of %s, got %r' % (
+            ', '.join(devices.GPU_THREAD_MODES), opts.tf_gpu_thread_mode))
+    for name in ('inter_op_threads', 'intra_op_threads'):
+        if getattr(opts, name) < 0:
+            raise UsageError('--%s must be >= 0 (0 = TensorFlow\'s choice), got %d'
+                             % (name, getattr(opts, name)))
+
+
+def choose_devices(opts):
+    """Makes the GPUs of --visiable_gpu/--num_gpus the only ones this process sees, before
+    anything starts TensorFlow's GPU runtime; returns opts with the thread counts of
+    --tf_gpu_thread_mode filled in where the user gave none."""
+    made, inter_op, private = devices.choose(opts.visiable_gpu, opts.num_gpus,
+                                             opts.tf_gpu_thread_mode)
+    opts = opts._replace(inter_op_threads=opts.inter_op_threads or inter_op,
+                         private_threads=opts.private_threads or private)
+    if devices.GPU_ENV in made or opts.tf_gpu_thread_mode != 'off':
+        tf.logging.info('devices: %s; inter-op threads %s, input private threads %s', ', '.join(
+            '%s=%s' % item for item in sorted(made.items())),
+            opts.inter_op_threads or 'default', opts.private_threads or 'shared')
+    return opts
 
 
 def validate(opts):
@@ -148,7 +175,7 @@ def inference_checkpoint(opts):
 def predict(opts):
     """--mode=predict: tools/predict.py's TSV for the images of --piclist, on stdout."""
     validate(opts)
-    data_format = training.resolve_data_format(opts.data_format, training.gpu_visible())
+    data_format = training.resolve_data_format(opts.data_format, training.gpu_count() > 0)
     images = inference_io.collect_images(list_file=opts.piclist)
     predictor = serving.load_predictor(
         checkpoint=inference_checkpoint(opts), image_size=opts.image_size,
@@ -189,6 +216,8 @@ def main(argv):
     del argv
     opts = options()
     try:
+        check_device_flags(opts)
+        opts = choose_devices(opts)
         if opts.demo:
             opts = demo.prepare(opts, given_flags())
             validate(opts)

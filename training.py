@@ -12,8 +12,10 @@ import logging
 import os
 
 import tensorflow.compat.v1 as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
 
 import checkpoints
+import devices
 import distribute
 import file_db
 import hooks
@@ -24,8 +26,9 @@ import resnet
 from errors import TrainingError, UsageError, op_error_text
 
 
-def gpu_visible():
-    return bool(tf.config.experimental.list_physical_devices('GPU'))
+def gpu_count():
+    """The GPUs this process sees (after devices.choose)."""
+    return len(tf.config.list_physical_devices('GPU'))
 
 
 def resolve_data_format(data_format, has_gpu):
@@ -54,7 +57,7 @@ def evaluation_batches(opts):
 
 def performance_args(opts, has_gpu=None):
     """input_fn's keyword arguments from the Performance options."""
-    has_gpu = gpu_visible() if has_gpu is None else has_gpu
+    has_gpu = gpu_count() > 0 if has_gpu is None else has_gpu
     return {'augment_on': input_pipeline.resolve_augment_on(opts.augment_on, has_gpu),
             'use_synthetic_data': opts.use_synthetic_data,
             'private_threads': opts.private_threads}
@@ -90,10 +93,9 @@ def cluster_plan(opts):
                          'train with --mode=train and evaluate the checkpoints with '
                          '--mode=eval')
     try:
-        # --visiable_gpu=k makes GPUs k, k + 1, ... visible (-1: all of them).
-        gpus = len(tf.config.list_physical_devices('GPU')) - max(0, opts.visiable_gpu)
+        # The process sees the GPUs devices.choose left visible (--visiable_gpu).
         plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num,
-                               opts.worker_id, opts.batch_size, gpus)
+                               opts.worker_id, opts.batch_size, gpu_count())
     except distribute.ConfigError as e:
         raise UsageError(str(e))
     if (plan.replicas > 1 or plan.distribution != 'none') and \
@@ -123,31 +125,34 @@ def evaluation_files(opts):
     return files
 
 
+def session_config(opts, device_filters=()):
+    """The session options of training and evaluation (devices.session_config); with
+    --dtype=fp16 every session, evaluation's included, computes in mixed precision."""
+    config = devices.session_config(opts.inter_op_threads, opts.intra_op_threads, opts.xla,
+                                    device_filters)
+    if opts.dtype == 'fp16':
+        config.graph_options.rewrite_options.auto_mixed_precision = \
+            rewriter_config_pb2.RewriterConfig.ON
+    return config
+
+
 def make_estimator(opts, data_format, warm_start=None, plan=None):
     """The Estimator of this run; warm_start = (checkpoint, variable names) to fine-tune;
     plan: distribute.Plan of a training run (its strategy, cluster role, images a step)."""
-    session_config = tf.ConfigProto()
-    session_config.gpu_options.allow_growth = True
-    if opts.visiable_gpu >= 0:
-        session_config.gpu_options.visible_device_list = ','.join(
-            str(opts.visiable_gpu + i) for i in range(max(1, opts.num_gpus)))
     # An evaluator is not a member of the cluster: a local session, no strategy.
     cluster_member = plan is not None and not plan.evaluates
-    if cluster_member and plan.distribution == 'ps':
-        # What RunConfig does when it makes the session config: a task sees only the ps
-        # tasks and itself, so it neither waits for nor depends on the other workers.
-        session_config.device_filters.extend(
-            ['/job:ps', '/job:%s/task:%d' % (plan.task.type, plan.task.index)])
-    if opts.xla:
-        session_config.graph_options.optimizer_options.global_jit_level = (
-            tf.OptimizerOptions.ON_1)
+    # What RunConfig does when it makes the session config: a ps-mode task sees only the
+    # ps tasks and itself, so it neither waits for nor depends on the other workers.
+    filters = (['/job:ps', '/job:%s/task:%d' % (plan.task.type, plan.task.index)]
+               if cluster_member and plan.distribution == 'ps' else [])
     run_config = tf.estimator.RunConfig(
         save_checkpoints_steps=opts.snapshot, keep_checkpoint_max=opts.max_to_keep,
         save_summary_steps=opts.summary_interval or opts.log_interval,
         log_step_count_steps=opts.log_interval,
-        session_config=session_config,
+        session_config=session_config(opts, filters),
         train_distribute=distribute.train_distribute(
-            plan.distribution, opts.num_gpus) if cluster_member else None)
+            plan.distribution, opts.num_gpus, gpu_count=gpu_count())
+        if cluster_member else None)
     params = model_params(opts, data_format)
     if plan is not None:
         params['batch_size'] = plan.images_per_step  # images a step of this process
@@ -160,6 +165,12 @@ def make_estimator(opts, data_format, warm_start=None, plan=None):
                                   model_dir=opts.model_dir, config=run_config, params=params)
 
 
+# TensorFlow's words for an op it cannot put on a device: a placement problem, not data.
+PLACEMENT_ERRORS = ('Cannot assign a device for operation',
+                    'Could not satisfy explicit device specification',
+                    'no supported kernel for GPU devices')
+
+
 def describe_failure(error, opts, step):
     """One line for an error that stopped training, with what to do about it."""
     first_line = op_error_text(error)
@@ -170,6 +181,12 @@ def describe_failure(error, opts, step):
     if model_fn.NON_FINITE_LOSS in error.message or \
             model_fn.NON_FINITE_SUMMARY in error.message:
         return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
+    if any(text in error.message for text in PLACEMENT_ERRORS):
+        return ('an op could not be placed on the devices (%s); --num_gpus=%d and '
+                '--visiable_gpu=%d must fit the GPUs this process sees '
+                '(CUDA_VISIBLE_DEVICES=%s); %s' % (
+                    first_line, opts.num_gpus, opts.visiable_gpu,
+                    os.environ.get(devices.GPU_ENV, '<unset>'), kept))
     if isinstance(error, tf.errors.DataLossError):
         return ('a shard is truncated or corrupt (%s)%s; find it with: python '
                 'tools/check_tfrecords.py --class_num=%d %s' % (
@@ -225,7 +242,7 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
     """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
     Without an estimator: --checkpoint_path, else the latest in --model_dir."""
     if estimator is None:
-        data_format = resolve_data_format(opts.data_format, gpu_visible())
+        data_format = resolve_data_format(opts.data_format, gpu_count() > 0)
         files = evaluation_files(opts)
         checkpoint_path = opts.checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
         if not checkpoint_path:
@@ -253,14 +270,15 @@ def train(opts):
     train_and_eval mode); the options are validated (train.validate). Returns the
     Estimator."""
     plan = cluster_plan(opts)
-    data_format = resolve_data_format(opts.data_format, gpu_visible())
+    data_format = resolve_data_format(opts.data_format, gpu_count() > 0)
     files, record_shard = ([], None) if opts.use_synthetic_data or not plan.trains else \
         training_files(opts, plan)
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
                  else None)
     warm_start = pretrained_variables(opts, data_format)
     log_to_file(opts.log_dir, plan.log_name)
-    tf.logging.info('%s; %s', plan.role, distribute.describe_devices(plan, opts.batch_size))
+    tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
+                    distribute.describe_devices(plan, opts.batch_size), gpu_count())
     if plan.trains and record_shard:
         tf.logging.info('fewer shard files (%d) than workers (%d): split by record -- '
                         'worker %d reads every file and takes records %d, %d + %d, ... of '

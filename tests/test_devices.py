@@ -1,8 +1,16 @@
 """devices.py: the GPUs a process sees for --visiable_gpu/--num_gpus, the thread plan of
 --tf_gpu_thread_mode, and the session options every session gets."""
+import json
+
 import pytest
+import tensorflow.compat.v1 as tf
 
 import devices
+import distribute
+import flags as flags_lib
+import serving
+import train
+import training
 
 
 @pytest.mark.parametrize('visiable_gpu,num_gpus,environ,want', [
@@ -48,3 +56,92 @@ def test_every_session_soft_places_and_grows():
     assert config.graph_options.optimizer_options.global_jit_level == 0
     assert devices.session_config(xla=True).graph_options.optimizer_options \
         .global_jit_level == 1
+
+
+# What the program builds for GPU command lines, read on this CPU-only machine.
+
+def cluster_env(monkeypatch, task_type='worker', index=0):
+    monkeypatch.setenv('TF_CONFIG', json.dumps({
+        'cluster': {'chief': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2']},
+        'task': {'type': task_type, 'index': index}}))
+
+
+@pytest.mark.parametrize('num_gpus,host_gpus,want', [
+    (2, 8, ['GPU:0', 'GPU:1']),   # exactly --num_gpus of the 8 the host reports
+    (1, 8, ['GPU:0']),
+    (4, 0, ['CPU:0']),            # no GPU: the worker's CPU
+])
+def test_collective_worker_replicates_over_exactly_num_gpus(monkeypatch, num_gpus,
+                                                            host_gpus, want):
+    cluster_env(monkeypatch)
+    resolver = distribute.collective_resolver(num_gpus if host_gpus else 0)
+    assert resolver.task_type == 'worker' and resolver.task_id == 0
+    assert resolver.num_accelerators() == ({'GPU': num_gpus} if host_gpus else {})
+    with tf.Graph().as_default():
+        strategy = distribute.train_distribute('collective', num_gpus, gpu_count=host_gpus)
+        got = [d.rsplit('device:', 1)[1] for d in strategy.extended.worker_devices]
+        assert got == want
+        assert all(d.startswith('/job:worker/replica:0/task:0/') for d in
+                   strategy.extended.worker_devices)
+        # Two workers: the global batch is both workers' replicas.
+        assert strategy.num_replicas_in_sync == 2 * len(want)
+
+
+def options(**given):
+    flag_values = flags_lib.FLAGS
+    if not flag_values.is_parsed():
+        flag_values(['test'])
+    return train.options()._replace(**given)
+
+
+@pytest.mark.parametrize('given', [
+    {}, {'xla': True}, {'dtype': 'fp16'}, {'inter_op_threads': 6, 'intra_op_threads': 4},
+    {'num_gpus': 4, 'visiable_gpu': 2},
+])
+def test_every_session_of_training_and_evaluation_soft_places(given, tmp_path):
+    opts = options(model_dir=str(tmp_path), **given)
+    estimator = training.make_estimator(opts, 'channels_last')
+    config = estimator.config.session_config
+    assert config.allow_soft_placement and config.gpu_options.allow_growth
+    assert not config.gpu_options.visible_device_list  # devices.choose decides, once
+    assert config.inter_op_parallelism_threads == given.get('inter_op_threads', 0)
+    assert config.intra_op_parallelism_threads == given.get('intra_op_threads', 0)
+    assert (config.graph_options.optimizer_options.global_jit_level == 1) == \
+        bool(given.get('xla'))
+    # fp16: evaluation sessions compute in mixed precision too, as training's do.
+    assert (config.graph_options.rewrite_options.auto_mixed_precision == 1) == \
+        (given.get('dtype') == 'fp16')
+
+
+def test_prediction_and_export_sessions_soft_place_and_grow():
+    source = open(serving.__file__).read()
+    assert source.count('tf.Session(') == source.count('config=devices.session_config()') == 3
+
+
+def test_a_placement_error_is_named_as_one_not_as_a_bad_record(tmp_path):
+    opts = options(model_dir=str(tmp_path), num_gpus=2, visiable_gpu=0)
+    error = tf.errors.InvalidArgumentError(
+        None, None, "Cannot assign a device for operation images: Could not satisfy "
+        "explicit device specification '/device:GPU:0' because no supported kernel for "
+        "GPU devices is available.")
+    text = training.describe_failure(error, opts, 1)
+    assert text.startswith('an op could not be placed on the devices') and \
+        'bad record' not in text and '--num_gpus=2' in text, text
+
+
+def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
+    import model_fn
+    with tf.Graph().as_default() as graph:
+        images = tf.zeros([2, 32, 32, 3], tf.uint8)
+        labels = tf.zeros([2, 5])
+        params = training.model_params(options(model_dir=str(tmp_path), class_num=5,
+                                               resnet_size=18, image_size=32), 'channels_last')
+        params['batch_size'] = 2
+        model_fn.resnet_model_fn({'image': images}, labels, tf.estimator.ModeKeys.TRAIN,
+                                 params)
+        kept_out = {op.type for op in graph.get_operations()
+                    if '_XlaCompile' in op.node_def.attr and not op.get_attr('_XlaCompile')}
+        # The colour jitter and the batch's partition of the device augmentation.
+        assert {'RGBToHSV', 'HSVToRGB', 'DynamicPartition', 'DynamicStitch'} <= kept_out, kept_out
+        convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
+        assert convs and not any('_XlaCompile' in op.node_def.attr for op in convs)

@@ -46,13 +46,13 @@ class Launch(object):
     creates that file (open_gate), so a task is never done before the test has acted.
     """
 
-    def __init__(self, args, on_line=None, gate=None, gate_step=3):
+    def __init__(self, args, on_line=None, gate=None, gate_step=3, cwd=ROOT):
         self.lines, self.pids, self.errors = [], {}, []
         self.gate = gate
         env = dict(ENV, TRAIN_TEST_GATE='%d:%s' % (gate_step, gate)) if gate else ENV
         self.process = subprocess.Popen(
             [sys.executable, os.path.join(ROOT, 'tools', 'launch_local_cluster.py')] + args,
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self._on_line = on_line
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -133,11 +133,32 @@ def test_cluster_layout_and_tf_config():
     assert len(set(ports)) == 4 and all(p > 0 for p in ports)
 
 
+def test_each_training_task_gets_its_own_gpus_ps_and_evaluator_none():
+    names = [('chief', 0), ('worker', 0), ('worker', 1), ('ps', 0), ('evaluator', 0)]
+    assert launcher.task_gpus(names, 2, 1, None) == {
+        'chief:0': '0,1', 'worker:0': '2,3', 'worker:1': '4,5', 'ps:0': '',
+        'evaluator:0': '6'}
+    # Counted in the launcher's own CUDA_VISIBLE_DEVICES; past its end: none (the task's
+    # device check then says so).
+    assert launcher.task_gpus(names, 1, 1, ['4', '5', '6']) == {
+        'chief:0': '4', 'worker:0': '5', 'worker:1': '6', 'ps:0': '', 'evaluator:0': ''}
+    assert launcher.task_gpus(names, 1, 0, []) == {name: '' for name in
+                                                   ('chief:0', 'worker:0', 'worker:1',
+                                                    'ps:0', 'evaluator:0')}
+    assert launcher.task_gpus(names, 0, 0, None)['chief:0'] == ''
+    assert launcher.gpu_list({}) is None
+    assert launcher.gpu_list({'CUDA_VISIBLE_DEVICES': '3, 5'}) == ['3', '5']
+    assert launcher.flag_value(['--lr=1', '--num_gpus', '4'], 'num_gpus', '1') == '4'
+    assert launcher.flag_value(['--num_gpus=2'], 'num_gpus', '1') == '2'
+
+
 @pytest.mark.parametrize('args,fragment', [
     (['--workers', '0'], '--workers must be >= 1'),
     (['--ps', '0'], '--distribution=ps needs --ps >= 1'),
     (['--', '--worker_id=1'], 'set by the launcher'),
     (['--', '--distribution=none'], 'set by the launcher'),
+    (['--', '--visiable_gpu=1'], '--visiable_gpu is set by the launcher'),
+    (['--gpus_per_task', '-1'], '--gpus_per_task and --evaluator_gpus must be >= 0'),
 ])
 def test_bad_usage_is_exit_status_2(args, fragment):
     result = subprocess.run(
@@ -315,3 +336,51 @@ def test_ctrl_c_stops_every_task(dataset, tmp_path):
     assert launch.process.returncode == 130, launch.text[-3000:]
     assert 'interrupted; stopping every task' in launch.text
     assert len(pids) == 3 and not survivors
+
+
+def connect(port):
+    """Whether a TCP connection to 127.0.0.1:port succeeds from this process."""
+    import socket
+    try:
+        socket.create_connection(('127.0.0.1', port), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_isolated_cluster_is_unreachable_from_outside_and_finishes_in_the_callers_directory(
+        dataset, tmp_path):
+    """--isolate: while the job runs (held at a gate until checked), no task port accepts
+    a connection from outside the namespace; relative paths resolve in the caller's
+    directory."""
+    if not launcher.isolated_command([]) or subprocess.run(
+            ['unshare', '--net', 'true'], capture_output=True).returncode != 0:
+        pytest.skip('this machine does not allow a network namespace (unshare --net)')
+    reachable = {}
+
+    def probe_then_open_gate(launch, line):
+        if launch.gate and not os.path.exists(launch.gate) and step_lines(launch, 'chief:0'):
+            cluster = json.loads(re.search(r'cluster (\{.*?\}) \(', launch.text).group(1))
+            for addresses in cluster.values():
+                for address in addresses:
+                    reachable[address] = connect(int(address.rsplit(':', 1)[1]))
+            launch.open_gate()
+
+    data = os.path.relpath(dataset, str(tmp_path))
+    flags = tiny_flags(data, 'model', 4)
+    launch = Launch(['--isolate', '--workers', '2', '--ps', '1', '--timeout', '400', '--']
+                    + flags, on_line=probe_then_open_gate, gate=str(tmp_path / 'gate'),
+                    gate_step=2, cwd=str(tmp_path))
+    assert launch.wait(500) == 0, launch.text[-4000:]
+    assert 'isolated: the cluster runs in its own network namespace' in launch.text
+    assert len(reachable) == 3 and not any(reachable.values()), reachable
+    assert tf.train.latest_checkpoint(str(tmp_path / 'model')), launch.text[-3000:]
+
+
+def test_without_isolation_the_launcher_warns_that_tasks_listen_everywhere(dataset, tmp_path):
+    # A task that fails at once (a bad flag) ends the launch quickly; the warning comes first.
+    launch = Launch(['--workers', '1', '--ps', '1', '--timeout', '120', '--']
+                    + tiny_flags(dataset, str(tmp_path / 'model'), 1) + ['--resnet_size=42'])
+    assert launch.wait(200) == 1
+    assert 'warning: the tasks\' servers listen on every network interface' in launch.text

@@ -9,6 +9,17 @@ Every task (chief, worker, ps) is `python train.py <the flags after -->
 summaries) and --workers - 1 `worker` tasks. The tasks' output is streamed with a prefix
 `[chief:0]`, `[worker:0]`, `[ps:0]`; each task also writes <log_dir>/train_<type>_<index>.log.
 
+GPUs: each training task gets --gpus_per_task GPUs of its own (default: train.py's
+--num_gpus, 1 when not given) through CUDA_VISIBLE_DEVICES -- the chief the first block,
+worker k the (k+2)-th -- counted in the launcher's own CUDA_VISIBLE_DEVICES when that is
+set; the ps tasks none and the evaluator --evaluator_gpus. Each task runs in the
+launcher's working directory, so relative paths mean the same to every task.
+
+Security: TensorFlow's servers listen on every interface whatever --host says, and run
+whatever a connection asks, without authentication. Run clusters on trusted networks only;
+--isolate (Linux) runs the whole local cluster in a network namespace of its own that has
+only a loopback interface, unreachable from anywhere else.
+
 With --evaluator an `evaluator` task (not a member of the cluster; it reads the chief's
 checkpoints) evaluates each new checkpoint on the val split and exits after the last.
 A ps task never exits by itself: when the chief, every worker and the evaluator have
@@ -21,10 +32,13 @@ is restarted). Any other failure stops every task. Ctrl-C stops every task (exit
 (2 on bad usage).
 """
 import argparse
+import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -72,6 +86,70 @@ def task_names(cluster):
     return [(t, i) for t in ('chief', 'worker', 'ps') for i in range(len(cluster.get(t, [])))]
 
 
+def gpu_list(environ):
+    """The GPU ids the launcher may hand out: CUDA_VISIBLE_DEVICES' entries when it is set
+    (empty: none), else None (ids 0, 1, ... of the host)."""
+    value = environ.get('CUDA_VISIBLE_DEVICES')
+    if value is None:
+        return None
+    return [d.strip() for d in value.split(',') if d.strip()]
+
+
+def task_gpus(names, gpus_per_task, evaluator_gpus, available):
+    """{task name: CUDA_VISIBLE_DEVICES value}: consecutive blocks of `gpus_per_task` for
+    the training tasks in order (chief first), `evaluator_gpus` after them for the
+    evaluator, none for a ps task. `available`: gpu_list's answer. A block past the end
+    of `available` is empty (the task's own device check then names the shortfall)."""
+    if available is not None and not available:
+        return {'%s:%d' % name: '' for name in names}
+    assigned, next_gpu = {}, 0
+    for task_type, index in names:
+        count = {'chief': gpus_per_task, 'worker': gpus_per_task,
+                 'evaluator': evaluator_gpus}.get(task_type, 0)
+        ids = range(next_gpu, next_gpu + count)
+        next_gpu += count
+        if available is not None:
+            ids = [available[i] for i in ids if i < len(available)]
+        assigned['%s:%d' % (task_type, index)] = ','.join(str(i) for i in ids)
+    return assigned
+
+
+def flag_value(flags, name, default):
+    """The value of --name=V or --name V in a train.py flag list, else default."""
+    for i, flag in enumerate(flags):
+        if flag.startswith('--%s=' % name):
+            return flag.split('=', 1)[1]
+        if flag == '--' + name and i + 1 < len(flags):
+            return flags[i + 1]
+    return default
+
+
+def loopback_up():
+    """Brings up `lo` in this (new) network namespace: SIOCGIFFLAGS, then SIOCSIFFLAGS with
+    IFF_UP."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack('16sh', b'lo', 0)
+        flags = struct.unpack('16sh', fcntl.ioctl(s, 0x8913, request))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack('16sh', b'lo', flags | 0x1))
+
+
+def isolated_command(argv):
+    """This launcher again, under `unshare --net` (with --map-root-user when not root),
+    marked so that it brings loopback up and runs the cluster there."""
+    unshare = shutil.which('unshare')
+    if unshare is None or not sys.platform.startswith('linux'):
+        return None
+    user = [] if os.geteuid() == 0 else ['--map-root-user']
+    return [unshare, '--net'] + user + ['--', sys.executable, os.path.abspath(__file__),
+                                        ISOLATED_MARK] + argv
+
+
+ISOLATED_MARK = '--_in_namespace'
+SECURITY_NOTE = ('the tasks\' servers listen on every network interface and accept any '
+                 'connection without authentication (TensorFlow\'s distributed runtime); '
+                 'use trusted networks only, or --isolate')
+
+
 class Console(object):
     """Whole lines to one stream from several threads (the tasks' readers, the launcher)."""
 
@@ -110,7 +188,7 @@ class Task(object):
     def start(self):
         self.returncode = None
         self.process = subprocess.Popen(
-            self.command, env=self.env, cwd=ROOT, stdout=subprocess.PIPE,
+            self.command, env=self.env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         self._console.say('started %s, pid %d' % (self.name, self.process.pid))
         self._reader = threading.Thread(target=self._stream, args=(self.process,),
@@ -205,6 +283,10 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    in_namespace = bool(argv) and argv[0] == ISOLATED_MARK
+    if in_namespace:
+        argv = argv[1:]
+        loopback_up()
     if '--' in argv:
         split = argv.index('--')
         own, train_flags = argv[:split], argv[split + 1:]
@@ -234,6 +316,16 @@ def main(argv=None):
     parser.add_argument('--host', default='127.0.0.1', help='address the tasks listen on')
     parser.add_argument('--python', default=sys.executable,
                         help='Python that runs train.py (default: this one)')
+    parser.add_argument('--gpus_per_task', type=int, default=None,
+                        help='GPUs of each training task, consecutive blocks of this host\'s '
+                             'GPUs (default: train.py\'s --num_gpus, else 1; 0 = no GPU)')
+    parser.add_argument('--evaluator_gpus', type=int, default=0,
+                        help='GPUs of the evaluator task, after the training tasks\' '
+                             '(default 0: it evaluates on the CPU)')
+    parser.add_argument('--isolate', action='store_true',
+                        help='run the whole cluster in a network namespace of its own with '
+                             'only loopback (Linux, unshare): no other machine or namespace '
+                             'can reach the tasks\' ports')
     args = parser.parse_args(own)
     if args.workers < 1:
         parser.error('--workers must be >= 1, got %d' % args.workers)
@@ -246,6 +338,23 @@ def main(argv=None):
         parser.error('--distribution, --worker_num and --worker_id are set by the launcher '
                      '(from its options and each task\'s TF_CONFIG); leave them out after --')
 
+    try:
+        num_gpus = int(flag_value(train_flags, 'num_gpus', '1'))
+    except ValueError:
+        parser.error('--num_gpus after -- must be a whole number')
+    gpus_per_task = num_gpus if args.gpus_per_task is None else args.gpus_per_task
+    if gpus_per_task < 0 or args.evaluator_gpus < 0:
+        parser.error('--gpus_per_task and --evaluator_gpus must be >= 0')
+    if gpus_per_task and any(f.startswith('--visiable_gpu') for f in train_flags):
+        parser.error('--visiable_gpu is set by the launcher (each task gets its own GPUs, '
+                     'see --gpus_per_task); leave it out after --')
+    if args.isolate and not in_namespace:
+        command = isolated_command(own + ['--'] + train_flags)
+        if command is None:
+            parser.error('--isolate needs Linux and the unshare command')
+        sys.stdout.flush()
+        os.execv(command[0], command)  # the same process, signals and all, in the namespace
+
     ps = args.ps if args.distribution == 'ps' else 0
     cluster = make_cluster(args.workers, ps, args.host)
     console = Console(sys.stdout)
@@ -254,12 +363,18 @@ def main(argv=None):
         '--distribution=' + args.distribution]
     tasks = []
     names = task_names(cluster) + ([('evaluator', 0)] if args.evaluator else [])
+    gpus = task_gpus(names, gpus_per_task, args.evaluator_gpus, gpu_list(os.environ))
     for task_type, index in names:
-        env = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, index))
+        env = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, index),
+                   CUDA_VISIBLE_DEVICES=gpus['%s:%d' % (task_type, index)])
         tasks.append(Task(task_type, index, command, env, console))
 
     say('cluster %s (%s); every task runs: %s' % (
         json.dumps(cluster), args.distribution, ' '.join(command)))
+    say('GPUs (CUDA_VISIBLE_DEVICES): %s' % ', '.join(
+        '%s %s' % (name, value or 'none') for name, value in gpus.items()))
+    say('isolated: the cluster runs in its own network namespace (loopback only)'
+        if in_namespace else 'warning: ' + SECURITY_NOTE)
 
     # Ctrl-C and SIGTERM only set a flag that the launcher's loop polls: an exception
     # raised asynchronously could land inside a Popen or a lock and leave a task unknown.
