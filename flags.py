@@ -13,6 +13,7 @@ Only entry points read FLAGS; they turn them into explicit arguments.
 import collections
 
 from absl import flags
+from absl import logging as _absl_logging  # noqa: F401 -- defines --log_dir, reused below
 
 FLAGS = flags.FLAGS
 
@@ -174,6 +175,8 @@ _int(G, 'summary_interval', 0, 'Write TensorBoard summaries every this many step
 _string(G, 'log_dir', './out/log/', 'Directory of the text log file train.log (TensorBoard '
         'events go to --model_dir).')
 _string(G, 'model_dir', './out/checkpoint/', 'Checkpoints and TensorBoard events.')
+_bool(G, 'verbose', False, 'Also show TensorFlow\'s C++ start-up messages, its deprecation '
+      'notices and the Estimator\'s own loss/step lines (hidden by default).')
 _int(G, 'snapshot', 1000, 'Save a checkpoint every this many steps (and at the end).')
 _string(G, 'tmp_model_dir', './out/tmp/checkpoint/', 'Temporary model directory.' + IGNORED)
 _int(G, 'prof_interval', 10, 'Timing report interval; timing is printed every '

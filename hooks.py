@@ -10,7 +10,8 @@ R = steps x images a step of this worker / wall time of the interval (not a mean
 per-step rates), T = wall time / steps, J = the global step's advance x images a global
 step / wall time (in a TF_CONFIG cluster only: in ps mode every worker's step advances the
 global step, in collective mode one synchronous step of all workers does), ETA = the
-steps left to max_steps / (steps / wall time). At the end one more line gives R and J
+global steps left to max_steps / the global step's advance per second (the job's rate:
+with K asynchronous workers K times this worker's). At the end one more line gives R and J
 over the whole run.
 """
 import os
@@ -80,8 +81,9 @@ class TrainingLogHook(tf.train.SessionRunHook):
         if self._job:
             line += ', whole job %.1f images/s' % (
                 (step - self._last_global) * self._global_images / elapsed)
-        if self._max_steps:
-            eta = int(max(0, self._max_steps - step) / rate)
+        global_rate = (step - self._last_global) / elapsed
+        if self._max_steps and global_rate > 0:
+            eta = int(max(0, self._max_steps - step) / global_rate)
             line += ', ETA %d:%02d:%02d' % (eta // 3600, eta // 60 % 60, eta % 60)
         tf.logging.info(line + ')')
         self._last_time, self._last_iter, self._last_global = now, self._iter, step

@@ -15,7 +15,14 @@ flag or input (errors.UsageError, file_db.DataError); each reported as one line.
 import collections
 import sys
 
-import tensorflow.compat.v1 as tf
+import startup
+
+PROGRAM = 'train.py'
+if __name__ == '__main__':
+    startup.help_and_exit(PROGRAM)
+startup.before_tensorflow(PROGRAM)  # quiet start-up and the versions, before the import
+
+import tensorflow.compat.v1 as tf  # noqa: E402
 
 import checkpoints
 import demo
@@ -27,6 +34,7 @@ import input_pipeline
 import precision
 import records
 import resnet
+import run_settings
 import serving
 import training
 from errors import TrainingError, UsageError
@@ -34,7 +42,6 @@ from errors import TrainingError, UsageError
 tf.disable_v2_behavior()
 
 FLAGS = flags_lib.FLAGS
-PROGRAM = 'train.py'
 MODES = ('train', 'eval', 'train_and_eval', 'predict', 'export')
 
 # Every flag of flags.py as a plain value, in --help order.
@@ -45,6 +52,13 @@ Options = collections.namedtuple(
 def options(flag_values=FLAGS):
     """The parsed flags as an Options."""
     return Options(**{name: flag_values[name].value for name in Options._fields})
+
+
+def settings(opts):
+    """(header, flag lines) of this run for <model_dir>/flags.txt (run_settings): the
+    values it runs with (the demo's settings included)."""
+    return (run_settings.header(PROGRAM, tf.version.VERSION),
+            run_settings.flag_lines(opts._asdict()))
 
 
 def given_flags(flag_values=FLAGS):
@@ -221,7 +235,7 @@ def main(argv):
         if opts.demo:
             opts = demo.prepare(opts, given_flags())
             validate(opts)
-            demo.report(opts, training.train(opts))
+            demo.report(opts, training.train(opts, settings(opts)))
             if opts.export_dir:
                 export(opts, checkpoints.latest_checkpoint(opts.model_dir))
         elif opts.mode == 'eval':
@@ -233,7 +247,7 @@ def main(argv):
             export(opts)
         else:
             validate(opts)
-            training.train(opts)
+            training.train(opts, settings(opts))
             if opts.export_dir:
                 export(opts, checkpoints.latest_checkpoint(opts.model_dir))
     except (UsageError, file_db.DataError) as e:
@@ -245,10 +259,15 @@ def main(argv):
 
 
 def run():
-    if any(arg in ('-h', '--help', '-help', '--helpshort') for arg in sys.argv[1:]):
-        sys.stdout.write(flags_lib.grouped_help(PROGRAM))
-        sys.exit(0)
     from absl import app
+    from absl import flags as absl_flags
+    try:
+        FLAGS(sys.argv)
+    except absl_flags.Error as e:
+        # absl would say "FATAL Flags parsing error" and exit 1; a usage error is 2 here.
+        sys.stderr.write('%s: error: %s (python %s --help lists every flag)\n'
+                         % (PROGRAM, e, PROGRAM))
+        sys.exit(2)
     tf.logging.set_verbosity(tf.logging.INFO)
     # absl's handler prints every line once; TensorFlow's own would print it a second time.
     tf.get_logger().handlers.clear()

@@ -23,6 +23,7 @@ import input_pipeline
 import model_fn
 import records
 import resnet
+import run_settings
 from errors import TrainingError, UsageError, op_error_text
 
 
@@ -265,10 +266,26 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
     return results
 
 
-def train(opts):
+def remember_settings(model_dir, settings):
+    """Writes the run's flags to <model_dir>/flags.txt (run_settings); a run that resumes
+    with other flags than the saved ones says which. settings: (header lines, flag
+    lines)."""
+    header, lines = settings
+    saved = run_settings.read(model_dir)
+    if saved and checkpoints.latest_checkpoint(model_dir):
+        changed = run_settings.changes(saved, lines)
+        if changed:
+            tf.logging.warning('resuming %s with other flags than its last run (before -> '
+                               'now): %s', model_dir, ', '.join(changed))
+    path = run_settings.save(model_dir, header, lines)
+    tf.logging.info('flags of this run in %s (rerun: python train.py --flagfile=%s)',
+                    path, path)
+
+
+def train(opts, settings=None):
     """Trains to global step --max_iter (evaluating every --test_interval steps in
-    train_and_eval mode); the options are validated (train.validate). Returns the
-    Estimator."""
+    train_and_eval mode); the options are validated (train.validate). settings: (header
+    lines, flag lines) the chief writes to <model_dir>/flags.txt. Returns the Estimator."""
     plan = cluster_plan(opts)
     data_format = resolve_data_format(opts.data_format, gpu_count() > 0)
     files, record_shard = ([], None) if opts.use_synthetic_data or not plan.trains else \
@@ -279,6 +296,8 @@ def train(opts):
     log_to_file(opts.log_dir, plan.log_name)
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
                     distribute.describe_devices(plan, opts.batch_size), gpu_count())
+    if settings and plan.trains and (plan.task is None or plan.task.type == 'chief'):
+        remember_settings(opts.model_dir, settings)
     if plan.trains and record_shard:
         tf.logging.info('fewer shard files (%d) than workers (%d): split by record -- '
                         'worker %d reads every file and takes records %d, %d + %d, ... of '

@@ -1,0 +1,89 @@
+"""What every entry point does before TensorFlow is imported.
+
+- TensorFlow's C++ start-up messages (CUDA factory registrations, CPU-feature notes,
+  TensorRT) are hidden by setting TF_CPP_MIN_LOG_LEVEL=3 before the import; errors that
+  matter still reach Python as exceptions. --verbose (or a TF_CPP_MIN_LOG_LEVEL of the
+  user's) keeps them.
+- After the import, deprecation notices, the Estimator's own per-interval log lines
+  ("loss = ..., step = ...", "global_step/sec: ...") and its bookkeeping lines are dropped
+  from TensorFlow's logger: the trainer logs one line per interval itself
+  (hooks.TrainingLogHook).
+- The Python and TensorFlow versions are checked: this code runs on Python 3.9-3.11 with
+  TensorFlow 2.15 (the last release with tf.estimator).
+"""
+import logging
+import os
+import sys
+import warnings
+
+SUPPORTED_PYTHON = ((3, 9), (3, 11))
+SUPPORTED_TENSORFLOW = '2.15.'
+INSTALL = 'pip install -r requirements.txt (tensorflow==2.15.1)'
+# The Estimator's own interval lines (its LoggingTensorHook and StepCounterHook) and its
+# bookkeeping; checkpoint saves and restores stay in the log.
+ESTIMATOR_LINES = ('loss = ', 'global_step/sec: ', 'Using config: ', 'Calling model_fn',
+                   'Done calling model_fn', 'Create CheckpointSaverHook',
+                   'Graph was finalized', 'Running local_init_op', 'Done running local_init_op',
+                   'Calling checkpoint listeners', 'Loss for final step')
+
+
+def verbose_requested(argv):
+    return any(arg in ('--verbose', '--verbose=true', '--verbose=True', '--verbose=1')
+               for arg in argv)
+
+
+def fail(program, message):
+    sys.stderr.write('%s: error: %s\n' % (program, message))
+    sys.exit(2)
+
+
+def check_python(program, version=None):
+    """Exits with status 2 and one line on a Python outside 3.9-3.11."""
+    version = tuple((version or sys.version_info)[:2])
+    low, high = SUPPORTED_PYTHON
+    if not low <= version <= high:
+        fail(program, 'Python %d.%d is not supported: this program runs on Python %d.%d-%d.%d '
+             'with TensorFlow 2.15 (the last TensorFlow with tf.estimator)'
+             % (version + low + high))
+
+
+def check_tensorflow(program, version):
+    if not version.startswith(SUPPORTED_TENSORFLOW):
+        fail(program, 'TensorFlow %s is not supported: this program needs TensorFlow 2.15 '
+             '(the last with tf.estimator); %s' % (version, INSTALL))
+
+
+class _Quiet(logging.Filter):
+    def filter(self, record):
+        message = record.getMessage()
+        return not message.startswith(ESTIMATOR_LINES) and not (
+            record.levelno == logging.WARNING and 'deprecat' in message)
+
+
+def before_tensorflow(program, argv=None):
+    """Call first in an entry point, before anything imports TensorFlow; returns whether
+    --verbose was given."""
+    argv = sys.argv[1:] if argv is None else argv
+    check_python(program)
+    verbose = verbose_requested(argv)
+    if not verbose:
+        os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    try:
+        import tensorflow as tf_root
+    except ImportError as e:
+        fail(program, 'TensorFlow cannot be imported (%s); %s' % (e, INSTALL))
+    check_tensorflow(program, tf_root.__version__)
+    if not verbose:
+        warnings.filterwarnings('ignore', message='.*is deprecated.*')
+        warnings.filterwarnings('ignore', category=DeprecationWarning)
+        logging.getLogger('tensorflow').addFilter(_Quiet())
+    return verbose
+
+
+def help_and_exit(program, argv=None):
+    """--help needs no TensorFlow: prints the grouped flags at once and exits 0."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ('-h', '--help', '-help', '--helpshort', '--helpfull') for arg in argv):
+        import flags
+        sys.stdout.write(flags.grouped_help(program))
+        sys.exit(0)

@@ -1,0 +1,93 @@
+"""startup.py and the command line's first moments: versions checked, --help without
+TensorFlow, one line and exit 2 for a flag that does not parse, a quiet log."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import startup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The user's environment: no TF_CPP_MIN_LOG_LEVEL of the tests' own.
+USER_ENV = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+USER_ENV['CUDA_VISIBLE_DEVICES'] = ''
+
+
+def train_py(*args, timeout=300):
+    return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
+                          cwd=ROOT, env=USER_ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize('version', [(3, 8), (3, 12), (3, 13), (2, 7)])
+def test_unsupported_python_is_one_line_and_exit_2(version, capsys):
+    with pytest.raises(SystemExit) as stop:
+        startup.check_python('train.py', version)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'Python %d.%d is not supported' % version in err
+    assert 'Python 3.9-3.11' in err
+
+
+@pytest.mark.parametrize('version', [(3, 9), (3, 10), (3, 11)])
+def test_supported_pythons_pass(version):
+    startup.check_python('train.py', version)
+
+
+@pytest.mark.parametrize('version', ['1.15.5', '2.16.1', '2.14.0'])
+def test_other_tensorflow_versions_are_refused(version, capsys):
+    with pytest.raises(SystemExit) as stop:
+        startup.check_tensorflow('train.py', version)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert 'TensorFlow %s is not supported' % version in err and 'requirements.txt' in err
+    startup.check_tensorflow('train.py', '2.15.1')
+
+
+def test_help_lists_every_group_and_needs_no_tensorflow():
+    result = train_py('--help')
+    assert result.returncode == 0 and result.stderr == ''
+    assert result.stdout.startswith('usage: train.py')
+    for group in ('Data:', 'Model:', 'Training:', 'Devices:', 'Logging and checkpoints:'):
+        assert group in result.stdout
+    assert '--tf_gpu_thread_mode' in result.stdout and '--verbose' in result.stdout
+
+
+@pytest.mark.parametrize('args,fragment', [
+    (['--batchsize=32'], "Unknown command line flag 'batchsize'. Did you mean: batch_size"),
+    (['--lr=abc'], 'flag --lr=abc'),
+    (['--tf_gpu_thread_mode=fast'], '--tf_gpu_thread_mode must be one of off, gpu_private'),
+    (['--inter_op_threads=-1'], '--inter_op_threads must be >= 0'),
+])
+def test_every_usage_error_is_one_line_and_exit_2(args, fragment):
+    result = train_py(*args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('train.py: error: '), lines
+    assert fragment in lines[0]
+
+
+@pytest.mark.slow
+def test_a_run_logs_one_line_an_interval_and_no_start_up_chatter(tmp_path):
+    model_dir = str(tmp_path / 'model')
+    result = train_py('--use_synthetic_data', '--model_dir=' + model_dir,
+                      '--log_dir=' + str(tmp_path / 'log'), '--class_num=5',
+                      '--resnet_size=18', '--image_size=32', '--batch_size=2',
+                      '--max_iter=4', '--log_interval=2', '--data_format=NHWC')
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stderr.splitlines()
+    for noise in ('cuda_dnn', 'cudart_stub', 'cpu_feature_guard', 'TensorRT',
+                  'is deprecated', 'Instructions for updating', 'loss = ', 'global_step/sec',
+                  'Using config', 'Calling model_fn'):
+        assert not [l for l in lines if noise in l], noise
+    steps = [l for l in lines if re.search(r'\bstep \d+: ', l)]
+    assert [re.search(r'step (\d+):', l).group(1) for l in steps] == ['2', '4']
+    assert all('ETA' in l and 'images/s' in l for l in steps)
+    assert len(lines) < 30, '\n'.join(lines)
+    verbose = train_py('--use_synthetic_data', '--model_dir=' + model_dir + '2',
+                       '--log_dir=' + str(tmp_path / 'log'), '--class_num=5',
+                       '--resnet_size=18', '--image_size=32', '--batch_size=2',
+                       '--max_iter=2', '--log_interval=1', '--data_format=NHWC', '--verbose')
+    assert verbose.returncode == 0 and 'loss = ' in verbose.stderr
