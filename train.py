@@ -23,6 +23,7 @@ import file_db
 import flags as flags_lib
 import inference_io
 import input_pipeline
+import lr_schedule
 import precision
 import records
 import resnet
@@ -112,13 +113,30 @@ def validate(opts):
         raise UsageError('--neg_select must be in [0, 1], got %g' % opts.neg_select)
     if opts.num_gpus < 1:
         raise UsageError('--num_gpus must be >= 1, got %d' % opts.num_gpus)
-    if opts.optimizer != 'mom':
-        raise UsageError('--optimizer=%s: only "mom" (momentum) exists' % opts.optimizer)
+    check_fine_tuning_flags(opts)
     if opts.restore and not opts.pretrain_ckpt:
         raise UsageError('--restore needs --pretrain_ckpt (the checkpoint to restore)')
     if opts.label_type not in records.LABEL_TYPES:
         raise UsageError('--label_type must be one of %s, got %r'
                          % (', '.join(records.LABEL_TYPES), opts.label_type))
+
+
+OPTIMIZERS = ('mom', 'sgd')
+
+
+def check_fine_tuning_flags(opts):
+    """--optimizer, --lr_schedule, --bn_weight_decay and --frozen_bn; raises UsageError."""
+    if opts.optimizer not in OPTIMIZERS:
+        raise UsageError('--optimizer=%s is not implemented; use mom (momentum) or sgd '
+                         '(gradient descent)' % opts.optimizer)
+    if opts.lr_schedule not in lr_schedule.SCHEDULES:
+        raise UsageError('--lr_schedule must be piecewise or exponential, got %r'
+                         % opts.lr_schedule)
+    if opts.bn_weight_decay < 0:
+        raise UsageError('--bn_weight_decay must be >= 0 (0 = no L2 on batch norm, 0.1 = '
+                         'finetune.py\'s), got %g' % opts.bn_weight_decay)
+    if opts.frozen_bn not in resnet.FROZEN_BN_MODES:
+        raise UsageError('--frozen_bn must be train or inference, got %r' % opts.frozen_bn)
 
 
 def check_inference_flags(opts):
