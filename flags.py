@@ -62,9 +62,9 @@ _string(G, 'export_dir', '',
         'in --model_dir), with --mode=train or train_and_eval from the last checkpoint after '
         'training. Signature serving_default: input images (a batch of encoded JPEG/PNG '
         'strings), outputs scores (sigmoid), probabilities (softmax), top_k_classes, '
-        'top_k_scores and features; evaluation preprocessing, NHWC. An earlier SavedModel '
-        'there is replaced (only when the new one is complete); another non-empty directory '
-        'is an error.')
+        'top_k_scores and features; the preprocessing of --preprocess, NHWC. An earlier '
+        'SavedModel there is replaced (only when the new one is complete); another '
+        'non-empty directory is an error.')
 _int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
 _bool(G, 'demo', False,
       'Build a small synthetic multi-label dataset of JPEG files under --demo_dir, make its '
@@ -253,6 +253,14 @@ _string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images diction
 _int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
 _int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)
 
+
+G = 'Evaluation'
+_string(G, 'preprocess', 'original',
+        '--mode=predict and export (and --export_dir): how an image becomes the network '
+        'input. original: as the original\'s extract_feature.py and image_classification.py, '
+        'the shorter side resized to 256 x image_size / 224 (OpenCV\'s bilinear), the '
+        'centre image_size square. eval: the evaluation crop of --mode=eval, the central '
+        '80 % squashed to a square. A SavedModel keeps the one it was exported with.')
 
 # Names of the original's example/finetune.sh that its flags.py never defined: accepted
 # here as other names of the flags they meant.

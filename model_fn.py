@@ -66,7 +66,8 @@ def resnet_model_fn(features, labels, mode, params):
     original's weighted multi-label loss; 'single': softmax cross-entropy), frozen_stages
     (FixBlock2: 2), frozen_bn ('train' or 'inference', see resnet.ResNet), lr_schedule
     ('piecewise' or 'exponential'), optimizer ('mom' or 'sgd'), bn_weight_decay (the
-    fraction of weight_decay on batch-norm gamma/beta, default 0), dtype, pretrain_ckpt and warm_start (checkpoint variable names to
+    fraction of weight_decay on batch-norm gamma/beta, default 0), dtype, pretrain_ckpt
+    and warm_start (checkpoint variable names to
     initialise from it, see checkpoints.warm_start_names), legacy_counters and
     max_to_keep (checkpoints.legacy_saver), images_per_global_step, worker_name and job
     (the log line's whole-job rate, see hooks.TrainingLogHook).

@@ -152,6 +152,11 @@ def check_inference_flags(opts):
         raise UsageError('--top_k must be positive, got %d' % opts.top_k)
     if not 0.0 <= opts.threshold <= 1.0:
         raise UsageError('--threshold must be in [0, 1], got %g' % opts.threshold)
+    try:
+        serving.check_preprocess(opts.preprocess)
+    except UsageError:
+        raise UsageError('--preprocess must be original (the original\'s inference) or eval '
+                         '(the evaluation crop), got %r' % opts.preprocess)
     if opts.export_dir:
         serving.check_export_dir(opts.export_dir)
 
@@ -171,7 +176,7 @@ def predict(opts):
     predictor = serving.load_predictor(
         checkpoint=inference_checkpoint(opts), image_size=opts.image_size,
         resnet_size=opts.resnet_size, class_num=opts.class_num, top_k=opts.top_k,
-        params=training.model_params(opts, data_format))
+        params=training.model_params(opts, data_format), preprocess=opts.preprocess)
     try:
         names = (inference_io.load_class_names(opts.class_dict, predictor.class_num)
                  if opts.class_dict else None)
@@ -196,10 +201,11 @@ def export(opts, checkpoint_path=None):
     # NHWC runs on CPUs and GPUs alike; the variables do not depend on the layout.
     params = training.model_params(opts, 'channels_last')
     path = serving.export_saved_model(checkpoint_path, opts.export_dir, params,
-                                      opts.image_size, opts.top_k)
-    tf.logging.info('exported %s as the SavedModel %s (signature %s: %s -> %s)',
+                                      opts.image_size, opts.top_k, opts.preprocess)
+    tf.logging.info('exported %s as the SavedModel %s (signature %s: %s -> %s; %s)',
                     checkpoint_path, path, serving.SIGNATURE_KEY, serving.INPUT_KEY,
-                    ', '.join(serving.OUTPUT_KEYS))
+                    ', '.join(serving.OUTPUT_KEYS),
+                    serving.preprocessing_line(opts.preprocess, opts.image_size))
     return path
 
 
