@@ -63,9 +63,9 @@ _string(G, 'export_dir', '',
         'in --model_dir), with --mode=train or train_and_eval from the last checkpoint after '
         'training. Signature serving_default: input images (a batch of encoded JPEG/PNG '
         'strings), outputs scores (sigmoid), probabilities (softmax), top_k_classes, '
-        'top_k_scores and features; evaluation preprocessing, NHWC. An earlier SavedModel '
-        'there is replaced (only when the new one is complete); another non-empty directory '
-        'is an error.')
+        'top_k_scores and features; the preprocessing of --preprocess, NHWC. An earlier '
+        'SavedModel there is replaced (only when the new one is complete); another '
+        'non-empty directory is an error.')
 _int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
 _bool(G, 'demo', False,
       'Build a small synthetic multi-label dataset of JPEG files under --demo_dir, make its '
@@ -137,14 +137,18 @@ _string(G, 'distribution', 'auto',
         'auto: ps when TF_CONFIG has ps tasks, collective when it has none, none without '
         'TF_CONFIG. The data is split among the chief (worker 0) and the workers; '
         'tools/launch_local_cluster.py starts a cluster on one machine.')
-_string(G, 'optimizer', 'mom', 'Optimizer; only "mom" (momentum SGD) exists.')
+_string(G, 'optimizer', 'mom', 'mom: momentum SGD (MomentumOptimizer with --opt_momentum). '
+        'sgd: plain gradient descent (GradientDescentOptimizer), as the original '
+        'fine-tuning script accepted.')
 _float(G, 'opt_momentum', 0.9, 'Momentum of the optimizer.')
 _float(G, 'lr', 0.1, 'Learning rate after the warm-up.')
 _int(G, 'lr_decay_step', 0,
      'The learning rate is multiplied by lr_decay_factor after every lr_decay_step steps, '
      'four times (piecewise constant). 0 = no decay.')
 _float(G, 'lr_decay_factor', 0.1, 'Factor of each learning-rate decay.')
-_float(G, 'weight_decay', 0.0001, 'L2 factor on all trainable weights but batch norm\'s.')
+_float(G, 'weight_decay', 0.0001, 'L2 factor: the loss adds weight_decay x sum(v^2) / 2 '
+       'over the trainable weights but batch norm\'s gamma and beta (those: '
+       '--bn_weight_decay).')
 _int(G, 'warmup', 0, 'Warm-up steps: while global_step < warmup the learning rate is '
      'lr_warmup * lr_warmup_decay_factor ** floor(step / lr_warmup_decay_step).')
 _float(G, 'lr_warmup', 0.1, 'Learning rate at the start of the warm-up.')
@@ -158,13 +162,33 @@ _string(G, 'pretrain_ckpt', '',
         'moving statistics included, from this checkpoint (a prefix, or a directory = its '
         'latest); the head may have another class count. Step, momentum and loss counters '
         'start afresh. Used only while --model_dir holds no checkpoint (a restart resumes).')
-_bool(G, 'FixBlock2', False, 'Freeze init and stages 0-1: not trained, their batch norm '
-      'in inference mode (the original fine-tuning option).')
+_bool(G, 'FixBlock2', False, 'Fine-tuning option of the original: train only the variables '
+      'whose name contains stages_2, stages_3, global_pool or logits; init and stages 0-1 '
+      'keep their kernels, gamma and beta (and get no optimizer slots). How their batch '
+      'norm runs: --frozen_bn.')
 _string(G, 'label_type', 'multi',
         'multi: records carry class_num float32 labels, the original\'s loss (weighted sigmoid '
         'cross-entropy). single: records carry an int64 class index in "label" (the '
         'original\'s ImageNet fine-tuning), softmax cross-entropy.')
 _int(G, 'epoch_iter', 0, 'Steps per epoch.' + IGNORED)
+
+G = 'Fine-tuning rules'
+# The rules of the original's finetune.py, each a flag; the defaults are pre-training's.
+_string(G, 'lr_schedule', 'piecewise',
+        'piecewise: pre-training\'s schedule, lr x lr_decay_factor^k after k of the '
+        'boundaries lr_decay_step x 1..4 (k <= 4, the first decay at step lr_decay_step + '
+        '1). exponential: finetune.py\'s, lr x lr_decay_factor^floor(step / lr_decay_step), '
+        'no cap, the first decay at step lr_decay_step. The warm-up (--warmup > 0) comes '
+        'first with either.')
+_float(G, 'bn_weight_decay', 0.0,
+       'L2 on batch-norm gamma and beta, as a fraction of --weight_decay: the loss adds '
+       'bn_weight_decay x weight_decay x sum(v^2) / 2 over them. 0 = none (pre-training); '
+       'finetune.py used 0.1.')
+_string(G, 'frozen_bn', 'train',
+        'With --FixBlock2: how the frozen stages (init, stages 0-1) run batch norm while '
+        'training. train: as finetune.py, batch statistics of the batch, and the moving '
+        'mean/variance keep being updated (only kernels, gamma and beta are frozen). '
+        'inference: the restored moving statistics, which then stay unchanged.')
 
 G = 'Logging and checkpoints'
 _int(G, 'log_interval', 100, 'Every this many steps: print learning_rate, cross_entropy, '
@@ -241,6 +265,23 @@ _string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images diction
         'or one name per line.')
 _int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
 _int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)
+
+
+G = 'Evaluation'
+_string(G, 'preprocess', 'original',
+        '--mode=predict and export (and --export_dir): how an image becomes the network '
+        'input. original: as the original\'s extract_feature.py and image_classification.py, '
+        'the shorter side resized to 256 x image_size / 224 (OpenCV\'s bilinear), the '
+        'centre image_size square. eval: the evaluation crop of --mode=eval, the central '
+        '80 % squashed to a square. A SavedModel keeps the one it was exported with.')
+
+# Names of the original's example/finetune.sh that its flags.py never defined: accepted
+# here as other names of the flags they meant.
+ALIASES = collections.OrderedDict([('weight_decay_rate', 'weight_decay'),
+                                   ('batch_norm_elipson', 'batch_norm_epsilon')])
+for _alias, _target in ALIASES.items():
+    flags.DEFINE_alias(_alias, _target)
+    FLAGS[_target].help += ' Also --%s (the original fine-tuning script\'s name).' % _alias
 
 
 def grouped_help(program):

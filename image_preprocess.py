@@ -347,6 +347,22 @@ def opencv_resize_window(image, new_height, new_width, top, left, size):
     return tf.cast(tf.clip_by_value(out, 0, 255), tf.uint8)
 
 
+def decode_uint8_like_opencv(encoded):
+    """Encoded image -> uint8 RGB [H, W, 3] with the pixels cv2.imread gives (in RGB order):
+    a JPEG through the accurate integer IDCT (dct_method INTEGER_ACCURATE, libjpeg's
+    default, which OpenCV uses; TensorFlow's default fast IDCT is off by up to 9 levels),
+    other formats by decode_image. EXIF orientation is not applied (cv2.imread applies it)."""
+    def jpeg():
+        return tf.io.decode_jpeg(encoded, channels=3, dct_method='INTEGER_ACCURATE')
+
+    def other():
+        return tf.image.decode_image(encoded, channels=3, expand_animations=False)
+
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+    image.set_shape([None, None, 3])
+    return image
+
+
 def original_inference_image(image, image_size=INFERENCE_SIZE):
     """Decoded uint8 RGB [H, W, 3] (any size) -> float32 [S, S, 3] in [-1, 1], the original's
     inference preprocessing (module docstring): shorter side resized to

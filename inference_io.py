@@ -45,6 +45,35 @@ def list_file_entries(list_file, image_root=None):
     return entries
 
 
+class ListEntry(str):
+    """An image name (the path as the list wrote it) that also carries the list line's
+    second field, as the original's extract_feature.py wrote it beside the feature."""
+
+    def __new__(cls, name, second=''):
+        entry = super(ListEntry, cls).__new__(cls, name)
+        entry.second = second
+        return entry
+
+
+def original_list_entries(list_file, separator, image_root=None):
+    """(ListEntry, path) per non-blank line as the original programs split their lists:
+    line.split(separator) -- ' ' for extract_feature.py (`path label`), '\t' for
+    image_classification.py -- the path is the first field, the second is kept
+    (entry.second, '' when the line has none)."""
+    if not os.path.isfile(list_file):
+        raise UsageError('image list %s does not exist' % list_file)
+    entries = []
+    with open(list_file, encoding='utf-8', errors='surrogateescape') as f:
+        for line in f:
+            line = line.rstrip('\r\n')
+            if not line.strip():
+                continue
+            fields = line.split(separator)
+            name = ListEntry(fields[0], fields[1] if len(fields) > 1 else '')
+            entries.append((name, os.path.join(image_root, name) if image_root else name))
+    return entries
+
+
 def directory_entries(directory):
     """(path, path) of every image file (IMAGE_EXTENSIONS) under directory, natural order."""
     found = []
@@ -88,13 +117,19 @@ _DICTIONARY_LINE = re.compile(r'^(?:(\d+)\s+)?(\S+)\s+(-?\d+)\s+(\S.*)$')
 _HEADERLESS_LINE = re.compile(r'^(?:(\d+)\s+)?(n\d{8})\s+(-?\d+)\s+(\S.*)$')
 
 
+# ImageNet's imagenet2012_dictionary.txt: `index <TAB> name words`, the words tab-separated.
+_IMAGENET_LINE = re.compile(r'^(\d+)\t(.*\S.*)$')
+
+
 def load_class_names(path, class_num=None):
-    """Class index -> name, from a class dictionary in either format:
+    """Class index -> name, from a class dictionary in one of these formats:
 
     * ML-Images (docs/original.md, Records): an optional header line starting with 'category_index',
       then per class `index  category-id  parent-index  name` (the name may contain
       spaces; the published file also comes without header and index column:
       `WordNet-id  parent-index  name`; without the header the id must be a WordNet id);
+    * ImageNet's imagenet2012_dictionary.txt: `index <TAB> words` per line, every line,
+      the indices 0 .. n-1 (the name: the words joined by spaces);
     * anything else: one class name per line, line k naming class k.
     class_num, when given, must be the number of classes in the file.
     """
@@ -108,8 +143,13 @@ def load_class_names(path, class_num=None):
     body = lines[1:] if header else lines
     pattern = _DICTIONARY_LINE if header else _HEADERLESS_LINE
     matches = [pattern.match(line.strip()) for line in body]
+    imagenet = [_IMAGENET_LINE.match(line) for line in body] if not header else []
     if header or (body and all(matches)):
         names = _dictionary_names(path, body, matches, 2 if header else 1)
+    elif body and all(imagenet) and sorted(int(m.group(1)) for m in imagenet) == \
+            list(range(len(body))):
+        by_index = {int(m.group(1)): m.group(2) for m in imagenet}
+        names = [by_index[i] for i in range(len(body))]
     else:
         names = [line.strip() for line in body]
         for number, name in enumerate(names, 1):
@@ -120,6 +160,30 @@ def load_class_names(path, class_num=None):
         raise UsageError('class dictionary %s has %d classes, the model has %d'
                          % (path, len(names), class_num))
     return names
+
+
+def load_original_class_names(path, class_num):
+    """Class index -> name as the original's image_classification.py read --dictionary:
+    every line split on tabs, name[int(field 0)] = field 1. With ImageNet's
+    imagenet2012_dictionary.txt that is the first word of the name ('great' for 'great
+    white shark'); with the ML-Images dictionary the second column, the WordNet id. Every
+    class 0 .. class_num-1 must be listed (the original stopped at the first one that was
+    not)."""
+    if not os.path.isfile(path):
+        raise UsageError('class dictionary %s does not exist' % path)
+    names = {}
+    with open(path, encoding='utf-8', errors='replace') as f:
+        for number, line in enumerate(f, 1):
+            fields = line.rstrip('\n').split('\t')
+            if len(fields) < 2:
+                raise file_db.DataError('%s, line %d: expected "index<TAB>name", got %r'
+                                        % (path, number, line.rstrip('\n')[:80]))
+            names[fields[0]] = fields[1]
+    missing = [i for i in range(class_num) if str(i) not in names]
+    if missing:
+        raise UsageError('class dictionary %s has no line for class %d (of %d)'
+                         % (path, missing[0], class_num))
+    return [names[str(i)] for i in range(class_num)]
 
 
 def _dictionary_names(path, body, matches, first_line_number):
@@ -211,6 +275,39 @@ class PredictionWriter(object):
         if self.class_names is not None:
             entry['name'] = self.class_names[c]
         return entry
+
+
+class OriginalClassificationWriter(object):
+    """image_classification.py's text: per image `+++ the predictions of PATH is:`, then per
+    class of the top_k by softmax probability `INDEX NAME: PROB` ('%d %s: %.3f'); an image
+    that cannot be read or decoded gives `open pic PATH failed`. Names: a list from
+    load_original_class_names, or the class index without one."""
+
+    score_key = 'probabilities'
+
+    def __init__(self, stream, top_k=DEFAULT_TOP_K, class_names=None):
+        self.stream = stream
+        self.top_k = top_k
+        self.class_names = class_names
+        self.count = 0
+
+    def write(self, name, outputs):
+        self.stream.write('+++ the predictions of {} is:\n'.format(name))
+        for _, c, score, _ in ranked_classes(outputs[self.score_key], self.top_k):
+            label = self.class_names[c] if self.class_names is not None else str(c)
+            self.stream.write('%d %s: %.3f\n' % (c, label, score))
+        self.count += 1
+
+    def skip(self, name):
+        self.stream.write('open pic ' + name + ' failed\n')
+
+
+def original_feature_line(name, features):
+    """extract_feature.py's line: `path \t second field \t f1 f2 ... fD`, each value as
+    Python's str() of the float32 (the shortest text that reads back to it)."""
+    second = getattr(name, 'second', '')
+    values = np.asarray(features, np.float32)
+    return '%s\t%s\t%s\n' % (name, second, ' '.join([str(x) for x in values]))
 
 
 @contextlib.contextmanager

@@ -3,8 +3,15 @@ Momentum, and the summaries.
 
     logits = resnet(network_input(images))
     loss = cross_entropy (loss.multilabel_cross_entropy, or softmax for single labels)
-           + weight_decay x L2 of the trained weights
-    train_op = Momentum(lr_schedule.learning_rate(global_step)).minimize(loss)
+           + weight_decay x sum l2_loss(v), v trainable, 'bn' not in its name
+           + bn_weight_decay x weight_decay x sum l2_loss(v), 'bn' in its name
+             (loss.weight_decay_loss; over every trainable variable, frozen ones included
+             as the original's finetune.py: they add a constant, no gradient is applied)
+    train_op = optimizer(lr).minimize(loss, var_list)
+      optimizer  Momentum(opt_momentum) ('mom') or GradientDescent ('sgd')
+      lr         lr_schedule.learning_rate(global_step, schedule='piecewise'|'exponential')
+      var_list   every trainable variable, or under FixBlock2 (frozen_stages 2) those whose
+                 name contains stages_2, stages_3, global_pool or logits
 
 Summaries: images, cross_entropy, train_accuracy, learning_rate, skipped_records and the
 loss's histograms; evaluation metrics are metrics.multilabel_metrics.
@@ -28,6 +35,26 @@ NON_FINITE_LOSS = 'non-finite training loss'
 NON_FINITE_SUMMARY = 'in summary histogram for'
 
 
+def trained_variables(variables, model):
+    """The variables the optimizer updates: all of them, or with frozen stages the
+    original's FixBlock2 set (resnet.trainable_under_fixblock2: names containing stages_2,
+    stages_3, global_pool or logits) -- for another frozen_stages, those outside
+    model.frozen_scopes()."""
+    if model.frozen_stages == 2:
+        return resnet.trainable_under_fixblock2(variables)
+    frozen = resnet.frozen_variables(variables, model.frozen_scopes())
+    return [v for v in variables if v not in frozen]
+
+
+def make_optimizer(name, lr, momentum):
+    """'mom': MomentumOptimizer(lr, momentum); 'sgd': GradientDescentOptimizer(lr)."""
+    if name == 'sgd':
+        return tf.train.GradientDescentOptimizer(lr)
+    if name == 'mom':
+        return tf.train.MomentumOptimizer(lr, momentum=momentum)
+    raise ValueError('optimizer must be mom or sgd, got %r' % (name,))
+
+
 def resnet_model_fn(features, labels, mode, params):
     """The Estimator model_fn (see the module docstring).
 
@@ -37,7 +64,10 @@ def resnet_model_fn(features, labels, mode, params):
     lr_warmup_decay_step, lr_warmup_decay_factor, opt_momentum, batch_size (images a step
     of this process), log_interval, max_steps; optional: label_type ('multi': the
     original's weighted multi-label loss; 'single': softmax cross-entropy), frozen_stages
-    (FixBlock2: 2), dtype, pretrain_ckpt and warm_start (checkpoint variable names to
+    (FixBlock2: 2), frozen_bn ('train' or 'inference', see resnet.ResNet), lr_schedule
+    ('piecewise' or 'exponential'), optimizer ('mom' or 'sgd'), bn_weight_decay (the
+    fraction of weight_decay on batch-norm gamma/beta, default 0), dtype, pretrain_ckpt
+    and warm_start (checkpoint variable names to
     initialise from it, see checkpoints.warm_start_names), legacy_counters and
     max_to_keep (checkpoints.legacy_saver), images_per_global_step, worker_name and job
     (the log line's whole-job rate, see hooks.TrainingLogHook).
@@ -58,7 +88,8 @@ def resnet_model_fn(features, labels, mode, params):
     tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
     model = resnet.ResNet(params['resnet_size'], params['class_num'], params['data_format'],
                           params['batch_norm_decay'], params['batch_norm_epsilon'],
-                          params.get('frozen_stages', 0))
+                          params.get('frozen_stages', 0),
+                          params.get('frozen_bn', 'train'))
     dtype = params.get('dtype', 'fp32')
     with precision.model_scope(dtype):
         logits = precision.float32(model(precision.model_input(features, dtype), training))
@@ -87,10 +118,10 @@ def resnet_model_fn(features, labels, mode, params):
     # loss of the global batch); the gradient comes from each replica's own.
     reported_cross_entropy = distribute.all_reduce_mean(cross_entropy)
     tf.summary.scalar('cross_entropy', reported_cross_entropy)
-    frozen = resnet.frozen_variables(tf.trainable_variables(), model.frozen_scopes())
-    trained = [v for v in tf.trainable_variables() if v not in frozen]
-    # Frozen weights do not change, so their L2 term would only be a constant.
-    loss = cross_entropy + loss_lib.l2_regularization(trained, params['weight_decay'])
+    trained = trained_variables(tf.trainable_variables(), model)
+    # Over every trainable variable as the original: the frozen ones add only a constant.
+    loss = cross_entropy + loss_lib.weight_decay_loss(
+        tf.trainable_variables(), params['weight_decay'], params.get('bn_weight_decay', 0.0))
     # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
     # even the one saved at the end) can hold the broken weights. The histograms, which
     # reject NaN themselves, wait for this check: the same failure always gets its name.
@@ -107,9 +138,9 @@ def resnet_model_fn(features, labels, mode, params):
         lr = lr_schedule.learning_rate(
             global_step, params['lr'], params['lr_decay_step'], params['lr_decay_factor'],
             params['warmup'], params['lr_warmup'], params['lr_warmup_decay_step'],
-            params['lr_warmup_decay_factor'])
+            params['lr_warmup_decay_factor'], params.get('lr_schedule', 'piecewise'))
         tf.summary.scalar('learning_rate', lr)
-        optimizer = tf.train.MomentumOptimizer(lr, momentum=params['opt_momentum'])
+        optimizer = make_optimizer(params.get('optimizer', 'mom'), lr, params['opt_momentum'])
         optimizer = precision.wrap_optimizer(optimizer, dtype)
         with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS) + [finite]):
             train_op = optimizer.minimize(loss, global_step, var_list=trained)

@@ -2,8 +2,13 @@
 or in a session, shared by train.py --mode predict/export (and --export_dir), tools/predict.py
 and tools/extract_features.py, so that their numbers cannot drift apart:
 
-    encoded image bytes [N] -> image_preprocess.decode_image
-                            -> image_preprocess.preprocess_image(..., is_training=False)
+    encoded image bytes [N] -> preprocessing (PREPROCESSING, chosen at build/export):
+                                 original: image_preprocess.decode_uint8_like_opencv
+                                   -> original_inference_image (the original's
+                                   extract_feature.py / image_classification.py: shorter
+                                   side 256 x S / 224 with OpenCV's bilinear, centre S x S)
+                                 eval: decode_image -> preprocess_image(is_training=False)
+                                   (train.py's evaluation: central 80 %, squashed to S x S)
                             -> model_fn.resnet_model_fn(..., PREDICT, params)
                             -> scores (sigmoid), probabilities (softmax),
                                top_k_classes / top_k_scores (by sigmoid score), features
@@ -39,10 +44,32 @@ OUTPUT_KEYS = ('scores', 'probabilities', 'top_k_classes', 'top_k_scores', 'feat
 
 # ---------------------------------------------------------------------------- the graph
 
-def preprocess_batch(encoded, image_size):
-    """Encoded images [N] (tf.string) -> network input [N, S, S, 3], the evaluation
-    preprocessing of each."""
+# --preprocess of the inference programs: name -> what it does (the export log line and
+# the SavedModel's assets.extra/preprocessing.txt say which one a model has).
+PREPROCESSING = {
+    'original': 'the original\'s inference preprocessing (extract_feature.py, '
+                'image_classification.py): shorter side resized to 256 x S / 224 with '
+                'OpenCV\'s bilinear, the centre S x S, [-1, 1]',
+    'eval': 'train.py\'s evaluation crop: the central 80 % resized to S x S, [-1, 1]',
+}
+DEFAULT_PREPROCESS = 'original'
+PREPROCESSING_FILE = os.path.join('assets.extra', 'preprocessing.txt')
+
+
+def check_preprocess(preprocess, flag='--preprocess'):
+    if preprocess not in PREPROCESSING:
+        raise UsageError('%s must be original or eval, got %r' % (flag, preprocess))
+
+
+def preprocess_batch(encoded, image_size, preprocess=DEFAULT_PREPROCESS):
+    """Encoded images [N] (tf.string) -> network input [N, S, S, 3]: each image through
+    PREPROCESSING[preprocess]."""
+    check_preprocess(preprocess)
+
     def one(data):
+        if preprocess == 'original':
+            return image_preprocess.original_inference_image(
+                image_preprocess.decode_uint8_like_opencv(data), image_size)
         image = image_preprocess.decode_image(data)
         return image_preprocess.preprocess_image(image, image_size, is_training=False)
     return tf.map_fn(one, encoded, back_prop=False,
@@ -69,10 +96,11 @@ def serving_outputs(predictions, top_k):
             'features': predictions['features']}
 
 
-def build_inference_graph(params, image_size, top_k=DEFAULT_TOP_K):
+def build_inference_graph(params, image_size, top_k=DEFAULT_TOP_K,
+                          preprocess=DEFAULT_PREPROCESS):
     """In the default graph: the string placeholder of encoded images and the outputs."""
     encoded = tf.placeholder(tf.string, [None], name='encoded_images')
-    images = preprocess_batch(encoded, image_size)
+    images = preprocess_batch(encoded, image_size, preprocess)
     spec = model_fn.resnet_model_fn(images, None, tf.estimator.ModeKeys.PREDICT, params)
     return encoded, serving_outputs(spec.predictions, top_k)
 
@@ -101,13 +129,29 @@ def check_export_dir(export_dir):
                          'SavedModel; give a new directory' % export_dir)
 
 
+def preprocessing_line(preprocess, image_size):
+    return 'preprocess=%s: %s (S = %d)' % (preprocess, PREPROCESSING[preprocess], image_size)
+
+
+def saved_model_preprocessing(export_dir):
+    """The preprocessing line recorded in a SavedModel, or None (exported before it was)."""
+    path = os.path.join(export_dir, PREPROCESSING_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return f.read().strip()
+
+
 def is_saved_model(directory):
     return any(os.path.isfile(os.path.join(directory, name))
                for name in ('saved_model.pb', 'saved_model.pbtxt'))
 
 
-def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DEFAULT_TOP_K):
-    """Writes the inference graph with the checkpoint's weights as a SavedModel in export_dir.
+def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DEFAULT_TOP_K,
+                       preprocess=DEFAULT_PREPROCESS):
+    """Writes the inference graph with the checkpoint's weights as a SavedModel in export_dir,
+    its preprocessing (PREPROCESSING[preprocess]) built in; the choice is recorded in the
+    SavedModel's assets.extra/preprocessing.txt (`preprocess=NAME: description`).
 
     It is built in a temporary directory beside export_dir and renamed when complete; an
     earlier SavedModel in export_dir is replaced only then.
@@ -120,7 +164,7 @@ def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DE
     building = os.path.join(work, 'saved_model')
     try:
         with tf.Graph().as_default():
-            encoded, outputs = build_inference_graph(params, image_size, top_k)
+            encoded, outputs = build_inference_graph(params, image_size, top_k, preprocess)
             with tf.Session(config=devices.session_config()) as session:
                 restore(session, checkpoint_path)
                 signature = tf.saved_model.signature_def_utils.predict_signature_def(
@@ -130,6 +174,9 @@ def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DE
                     session, SERVING_TAGS, signature_def_map={SIGNATURE_KEY: signature},
                     strip_default_attrs=True)
                 builder.save()
+        os.makedirs(os.path.join(building, os.path.dirname(PREPROCESSING_FILE)))
+        with open(os.path.join(building, PREPROCESSING_FILE), 'w') as f:
+            f.write(preprocessing_line(preprocess, image_size) + '\n')
         if os.path.isdir(export_dir):
             os.rename(export_dir, os.path.join(work, 'previous'))
         os.rename(building, export_dir)
@@ -146,9 +193,12 @@ class Predictor(object):
     Build it with `from_checkpoint` or `from_saved_model`; both give OUTPUT_KEYS.
     """
 
-    def __init__(self, session, encoded, outputs, source):
+    def __init__(self, session, encoded, outputs, source, preprocessing=None):
         self.session = session
         self.source = source
+        # preprocessing_line(...) of the model's preprocessing; None for a SavedModel
+        # exported before it was recorded.
+        self.preprocessing = preprocessing
         self._encoded = encoded
         self._outputs = outputs
         self.class_num = tf.compat.dimension_value(outputs['scores'].shape[-1])
@@ -159,17 +209,19 @@ class Predictor(object):
             self._decoded_shape = tf.shape(image_preprocess.decode_image(self._one))
 
     @classmethod
-    def from_checkpoint(cls, checkpoint_path, params, image_size, top_k=DEFAULT_TOP_K):
+    def from_checkpoint(cls, checkpoint_path, params, image_size, top_k=DEFAULT_TOP_K,
+                        preprocess=DEFAULT_PREPROCESS):
         graph = tf.Graph()
         with graph.as_default():
-            encoded, outputs = build_inference_graph(params, image_size, top_k)
+            encoded, outputs = build_inference_graph(params, image_size, top_k, preprocess)
             session = tf.Session(graph=graph, config=devices.session_config())
             try:
                 restore(session, checkpoint_path)
             except UsageError:
                 session.close()
                 raise
-        return cls(session, encoded, outputs, checkpoint_path)
+        return cls(session, encoded, outputs, checkpoint_path,
+                   preprocessing_line(preprocess, image_size))
 
     @classmethod
     def from_saved_model(cls, export_dir):
@@ -198,7 +250,7 @@ class Predictor(object):
         except UsageError:
             session.close()
             raise
-        return cls(session, encoded, outputs, export_dir)
+        return cls(session, encoded, outputs, export_dir, saved_model_preprocessing(export_dir))
 
     def run(self, encoded_images, keys=OUTPUT_KEYS):
         fetches = {key: self._outputs[key] for key in keys}
@@ -218,14 +270,15 @@ class Predictor(object):
 
 def load_predictor(checkpoint=None, saved_model=None, image_size=None, resnet_size=None,
                    class_num=None, top_k=DEFAULT_TOP_K, data_format=None, params=None,
-                   checkpoint_flag='checkpoint'):
+                   checkpoint_flag='checkpoint', preprocess=DEFAULT_PREPROCESS):
     """A Predictor from a checkpoint (a model directory or a checkpoint path; errors name it
     as --<checkpoint_flag>) or a SavedModel.
 
     With a checkpoint the architecture and class count are read from its variables
     (resnet_size / class_num, when given, are checked against them); params replaces
     inference_params (train.py passes its flags). With a SavedModel everything is fixed
-    at export; class_num is checked.
+    at export (its preprocessing too); class_num is checked. preprocess: PREPROCESSING's
+    key for a checkpoint.
     """
     if saved_model:
         predictor = Predictor.from_saved_model(saved_model)
@@ -243,7 +296,8 @@ def load_predictor(checkpoint=None, saved_model=None, image_size=None, resnet_si
             gpus = tf.config.experimental.list_physical_devices('GPU')
             data_format = 'channels_first' if gpus else 'channels_last'  # as 'auto'
         params = inference_params(resnet_size, class_num, data_format)
-    return Predictor.from_checkpoint(path, params, image_size, top_k)
+    check_preprocess(preprocess)
+    return Predictor.from_checkpoint(path, params, image_size, top_k, preprocess)
 
 
 # ---------------------------------------------------------------------------- prediction
@@ -315,13 +369,26 @@ def run_predict(predictor, images, output=None, fmt='tsv', batch_size=32,
                 top_k=DEFAULT_TOP_K, threshold=DEFAULT_THRESHOLD, class_names=None,
                 program='predict.py'):
     """Predicts every image and writes the result (stdout when output is None or '-').
-    Returns (images processed, images skipped); a file output is left out when none was
-    processed."""
+    fmt: 'tsv', 'jsonl' (inference_io.PredictionWriter) or 'original'
+    (inference_io.OriginalClassificationWriter: image_classification.py's text, softmax,
+    one image at a time as the original so that `open pic PATH failed` lines keep their
+    place; threshold is not used). Returns (images processed, images skipped); a file
+    output is left out when none was processed."""
     skipped = []
     on_skip = inference_io.skip_reporter(program, skipped)
     try:
         with inference_io.atomic_output(output) as out:
-            writer = inference_io.PredictionWriter(out, fmt, top_k, threshold, class_names)
+            if fmt == 'original':
+                writer = inference_io.OriginalClassificationWriter(out, top_k, class_names)
+                report = on_skip
+
+                def on_skip(name, reason):
+                    report(name, reason)
+                    writer.skip(name)
+                batch_size = 1
+            else:
+                writer = inference_io.PredictionWriter(out, fmt, top_k, threshold,
+                                                       class_names)
             for name, outputs in predict_images(predictor, images, batch_size, on_skip,
                                                 keys=(writer.score_key,)):
                 writer.write(name, outputs)
@@ -333,6 +400,26 @@ def run_predict(predictor, images, output=None, fmt='tsv', batch_size=32,
         # The reader of stdout has gone (`| head`): stop quietly, as command-line tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return writer.count, len(skipped)
+
+
+def run_extract_features_text(predictor, images, output, batch_size=32,
+                              program='extract_features.py'):
+    """extract_feature.py's output: one line per image that can be processed,
+    `path \t second field of its list line \t f1 ... fD` (inference_io.original_feature_line;
+    the second field from inference_io.original_list_entries' names, else empty), written
+    to `output` under a temporary name and renamed when complete. Returns (processed,
+    skipped)."""
+    skipped = []
+    on_skip = inference_io.skip_reporter(program, skipped)
+    count = 0
+    with inference_io.atomic_output(output) as out:
+        for name, outputs in predict_images(predictor, images, batch_size, on_skip,
+                                            keys=('features',)):
+            out.write(inference_io.original_feature_line(name, outputs['features']))
+            count += 1
+        if not count:
+            out.discard()
+    return count, len(skipped)
 
 
 def run_extract_features(predictor, images, output, names_output=None, batch_size=32,

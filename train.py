@@ -31,6 +31,7 @@ import file_db
 import flags as flags_lib
 import inference_io
 import input_pipeline
+import lr_schedule
 import precision
 import records
 import resnet
@@ -153,13 +154,30 @@ def validate(opts):
         raise UsageError('--neg_select must be in [0, 1], got %g' % opts.neg_select)
     if opts.num_gpus < 1:
         raise UsageError('--num_gpus must be >= 1, got %d' % opts.num_gpus)
-    if opts.optimizer != 'mom':
-        raise UsageError('--optimizer=%s: only "mom" (momentum) exists' % opts.optimizer)
+    check_fine_tuning_flags(opts)
     if opts.restore and not opts.pretrain_ckpt:
         raise UsageError('--restore needs --pretrain_ckpt (the checkpoint to restore)')
     if opts.label_type not in records.LABEL_TYPES:
         raise UsageError('--label_type must be one of %s, got %r'
                          % (', '.join(records.LABEL_TYPES), opts.label_type))
+
+
+OPTIMIZERS = ('mom', 'sgd')
+
+
+def check_fine_tuning_flags(opts):
+    """--optimizer, --lr_schedule, --bn_weight_decay and --frozen_bn; raises UsageError."""
+    if opts.optimizer not in OPTIMIZERS:
+        raise UsageError('--optimizer=%s is not implemented; use mom (momentum) or sgd '
+                         '(gradient descent)' % opts.optimizer)
+    if opts.lr_schedule not in lr_schedule.SCHEDULES:
+        raise UsageError('--lr_schedule must be piecewise or exponential, got %r'
+                         % opts.lr_schedule)
+    if opts.bn_weight_decay < 0:
+        raise UsageError('--bn_weight_decay must be >= 0 (0 = no L2 on batch norm, 0.1 = '
+                         'finetune.py\'s), got %g' % opts.bn_weight_decay)
+    if opts.frozen_bn not in resnet.FROZEN_BN_MODES:
+        raise UsageError('--frozen_bn must be train or inference, got %r' % opts.frozen_bn)
 
 
 def check_inference_flags(opts):
@@ -175,6 +193,11 @@ def check_inference_flags(opts):
         raise UsageError('--top_k must be positive, got %d' % opts.top_k)
     if not 0.0 <= opts.threshold <= 1.0:
         raise UsageError('--threshold must be in [0, 1], got %g' % opts.threshold)
+    try:
+        serving.check_preprocess(opts.preprocess)
+    except UsageError:
+        raise UsageError('--preprocess must be original (the original\'s inference) or eval '
+                         '(the evaluation crop), got %r' % opts.preprocess)
     if opts.export_dir:
         serving.check_export_dir(opts.export_dir)
 
@@ -194,7 +217,7 @@ def predict(opts):
     predictor = serving.load_predictor(
         checkpoint=inference_checkpoint(opts), image_size=opts.image_size,
         resnet_size=opts.resnet_size, class_num=opts.class_num, top_k=opts.top_k,
-        params=training.model_params(opts, data_format))
+        params=training.model_params(opts, data_format), preprocess=opts.preprocess)
     try:
         names = (inference_io.load_class_names(opts.class_dict, predictor.class_num)
                  if opts.class_dict else None)
@@ -219,10 +242,11 @@ def export(opts, checkpoint_path=None):
     # NHWC runs on CPUs and GPUs alike; the variables do not depend on the layout.
     params = training.model_params(opts, 'channels_last')
     path = serving.export_saved_model(checkpoint_path, opts.export_dir, params,
-                                      opts.image_size, opts.top_k)
-    tf.logging.info('exported %s as the SavedModel %s (signature %s: %s -> %s)',
+                                      opts.image_size, opts.top_k, opts.preprocess)
+    tf.logging.info('exported %s as the SavedModel %s (signature %s: %s -> %s; %s)',
                     checkpoint_path, path, serving.SIGNATURE_KEY, serving.INPUT_KEY,
-                    ', '.join(serving.OUTPUT_KEYS))
+                    ', '.join(serving.OUTPUT_KEYS),
+                    serving.preprocessing_line(opts.preprocess, opts.image_size))
     return path
 
 

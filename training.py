@@ -84,6 +84,9 @@ def model_params(opts, data_format):
         'legacy_counters': checkpoints.has_legacy_counters(opts.model_dir),
         'label_type': opts.label_type, 'frozen_stages': 2 if opts.FixBlock2 else 0,
         'dtype': opts.dtype,
+        # the fine-tuning rules (flags.py, group Fine-tuning rules)
+        'lr_schedule': opts.lr_schedule, 'optimizer': opts.optimizer,
+        'bn_weight_decay': opts.bn_weight_decay, 'frozen_bn': opts.frozen_bn,
     }
 
 
@@ -385,7 +388,7 @@ def log_fine_tuning(opts, warm_start):
     when model_dir's own checkpoint takes precedence (a restart)."""
     if opts.FixBlock2:
         tf.logging.info('FixBlock2: init and stages 0-1 are frozen (not trained, batch norm '
-                        'in inference mode)%s', '' if opts.pretrain_ckpt else
+                        'in %s mode)%s', opts.frozen_bn, '' if opts.pretrain_ckpt else
                         ' -- without --pretrain_ckpt they keep their random initialisation')
     if not warm_start:
         return None

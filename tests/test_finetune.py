@@ -1,5 +1,9 @@
 """Fine-tuning (the original's finetune.py, folded into train.py): --pretrain_ckpt warm start
-with batch-norm statistics and a new head, --FixBlock2, --label_type=single, bad input."""
+with batch-norm statistics and a new head, --FixBlock2 with training- and inference-mode
+batch norm in the frozen stages, --label_type=single, the fine-tuning rules (exponential
+schedule, L2 on batch norm at 0.1 x weight_decay, sgd) against numpy references read back
+from TensorBoard and the checkpoints, finetune.sh's flag names, bad input."""
+import math
 import io
 import os
 
@@ -8,7 +12,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-from test_train import run_train, small_run_flags, write_dataset
+from test_train import run_train, scalar_tags, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -102,9 +106,11 @@ def test_warm_start_restores_every_body_variable_and_batch_norm_statistics(setup
 def test_fixblock2_freezes_init_and_stages_0_1_only_and_a_restart_resumes(setup, tmp_path):
     root, pretrained, single = setup
     model_dir = str(tmp_path / 'fixed')
-    result = run_train(*tune_flags(single, model_dir, pretrained, '--FixBlock2', '--lr=0.05'))
+    result = run_train(*tune_flags(single, model_dir, pretrained, '--FixBlock2', '--lr=0.05',
+                                   '--frozen_bn=inference'))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert 'FixBlock2: init and stages 0-1 are frozen' in result.stderr
+    assert 'FixBlock2: init and stages 0-1 are frozen (not trained, batch norm in ' \
+        'inference mode)' in result.stderr
     before, after = values(pretrained), values(model_dir)
     frozen = [n for n in body(before) if n.startswith(('init/', 'stages_0_', 'stages_1_'))]
     trained = [n for n in body(before) if n.startswith(('stages_2_', 'stages_3_'))]
@@ -119,8 +125,8 @@ def test_fixblock2_freezes_init_and_stages_0_1_only_and_a_restart_resumes(setup,
     assert any('moving_mean' in n for n in changed)
 
     # A restart with the same command line resumes from model_dir, not the pretrained one.
-    flags = [f for f in tune_flags(single, model_dir, pretrained, '--FixBlock2')
-             if '--max_iter' not in f]
+    flags = [f for f in tune_flags(single, model_dir, pretrained, '--FixBlock2',
+                                   '--frozen_bn=inference') if '--max_iter' not in f]
     result = run_train(*flags, '--max_iter=3')
     assert result.returncode == 0, result.stderr[-3000:]
     assert '--pretrain_ckpt is not used: %s already holds a checkpoint' % model_dir \
@@ -176,3 +182,121 @@ def test_label_layout_mismatches_are_named(setup, tmp_path):
     assert result.returncode == 2
     assert 'first record has class index 17, expected one in [0, --class_num=10)' in \
         result.stderr.strip().splitlines()[-1]
+
+
+# ------------------------------------------------------------ finetune.py's rules
+
+def exponential_rate(step, lr, decay_step, factor):
+    """finetune.py's exponential_decay(staircase=True): lr x factor^floor(step / decay_step)."""
+    return lr * factor ** math.floor(step / decay_step)
+
+
+def finetune_l2(path, weight_decay, bn_fraction):
+    """finetune.py's L2 term in numpy over the checkpoint's trainable variables (kernels,
+    bias, gamma, beta; frozen ones included): weight_decay x sum(v^2)/2 over names without
+    'bn' + bn_fraction x weight_decay x sum(v^2)/2 over names with 'bn'. Returns (term,
+    batch-norm part)."""
+    reader = tf.train.load_checkpoint(path)
+    plain = bn = 0.0
+    for name in reader.get_variable_to_shape_map():
+        if not name.endswith(('kernel', 'bias', 'gamma', 'beta')):
+            continue  # slots, moving statistics, step
+        half_square = np.sum(reader.get_tensor(name).astype(np.float64) ** 2) / 2
+        if 'bn' in name:
+            bn += half_square
+        else:
+            plain += half_square
+    return weight_decay * plain + bn_fraction * weight_decay * bn, bn_fraction * weight_decay * bn
+
+
+def frozen_names(names):
+    return [n for n in body(names) if n.startswith(('init/', 'stages_0_', 'stages_1_'))]
+
+
+def test_finetune_sh_rules_every_step_against_numpy(setup, tmp_path):
+    """finetune.sh's rules with its own flag names (--weight_decay_rate,
+    --batch_norm_elipson, --FixBlock2=True, --restore=True, --optimizer=mom) and the three
+    rule flags: every step's learning_rate is the exponential staircase (boundaries 2 and 4,
+    each +-1), every step's loss - cross_entropy is the L2 term with the 0.1 factor on
+    batch norm over the weights the step started from; the frozen stages keep kernels,
+    gamma and beta bit for bit and get no Momentum slot, while their batch norm runs in
+    training mode: the moving statistics change at every step."""
+    root, pretrained, single = setup
+    model_dir = str(tmp_path / 'tuned')
+    steps, lr, decay_step, factor, weight_decay = 6, 0.05, 2, 0.5, 0.01
+    result = run_train(*[f for f in tune_flags(single, model_dir, pretrained)
+                         if not f.startswith('--max_iter')],
+                       '--max_iter=%d' % steps, '--snapshot=1', '--summary_interval=1',
+                       '--max_to_keep=%d' % (steps + 1), '--lr=%g' % lr,
+                       '--lr_decay_step=%d' % decay_step, '--lr_decay_factor=%g' % factor,
+                       '--weight_decay_rate=%g' % weight_decay, '--batch_norm_elipson=1e-5',
+                       '--optimizer=mom', '--FixBlock2=True', '--restore=True',
+                       '--lr_schedule=exponential', '--bn_weight_decay=0.1')
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'batch norm in train mode' in result.stderr
+    scalars = scalar_tags(model_dir)
+    logged = dict(scalars['learning_rate'])
+    assert sorted(logged) == list(range(1, steps + 1))
+    for t, value in logged.items():  # the summary of step t: global step t - 1
+        assert value == pytest.approx(exponential_rate(t - 1, lr, decay_step, factor),
+                                      rel=1e-6), t
+    loss, ce = dict(scalars['loss']), dict(scalars['cross_entropy'])
+    checkpoint = lambda t: os.path.join(model_dir, 'model.ckpt-%d' % t)  # noqa: E731
+    for t in range(1, steps + 1):
+        want, bn_part = finetune_l2(checkpoint(t - 1), weight_decay, 0.1)
+        # float32 sums of ~11 M squares: 1e-4 relative, far below the batch-norm part
+        tolerance = 1e-4 * want
+        assert bn_part > 50 * tolerance
+        assert loss[t] - ce[t] == pytest.approx(want, rel=1e-4, abs=1e-4 * ce[t]), t
+
+    before = values(pretrained)
+    frozen = frozen_names(before)
+    moving = [n for n in frozen if 'moving_' in n]
+    weights = [n for n in frozen if n not in moving]
+    assert any(n.endswith('gamma') for n in weights) and any(
+        n.endswith('beta') for n in weights) and any(n.endswith('kernel') for n in weights)
+    previous = before
+    for t in range(1, steps + 1):
+        reader = tf.train.load_checkpoint(checkpoint(t))
+        names = reader.get_variable_to_shape_map()
+        for name in weights:
+            np.testing.assert_array_equal(reader.get_tensor(name), before[name],
+                                          err_msg=name)
+        for name in moving:
+            assert not np.array_equal(reader.get_tensor(name), previous[name]), (t, name)
+        assert not any(n.startswith(('init/', 'stages_0_', 'stages_1_')) and 'Momentum' in n
+                       for n in names)
+        assert 'stages_2_block_0/conv1_b1/conv2d/kernel/Momentum' in names
+        assert 'stages_2_block_0/conv1_b1_bn/batch_normalization/gamma/Momentum' in names
+        previous = {name: reader.get_tensor(name) for name in moving}
+
+
+def test_fixblock2_inference_batch_norm_with_sgd(setup, tmp_path):
+    """--frozen_bn=inference: the frozen stages' moving statistics stay the restored ones;
+    --optimizer=sgd: plain gradient descent, no slot variable at all, and the trained
+    part moves."""
+    root, pretrained, single = setup
+    model_dir = str(tmp_path / 'sgd')
+    result = run_train(*tune_flags(single, model_dir, pretrained, '--FixBlock2',
+                                   '--frozen_bn=inference', '--optimizer=sgd', '--lr=0.05',
+                                   '--lr_schedule=exponential', '--lr_decay_step=1'))
+    assert result.returncode == 0, result.stderr[-3000:]
+    before, after = values(pretrained), values(model_dir)
+    for name in frozen_names(before):
+        np.testing.assert_array_equal(after[name], before[name], err_msg=name)
+    assert not any('Momentum' in n for n in after)
+    trained = [n for n in body(before) if n.startswith(('stages_2_', 'stages_3_'))]
+    assert any(not np.array_equal(after[n], before[n]) for n in trained if 'kernel' in n)
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--lr_schedule=cosine'], '--lr_schedule must be piecewise or exponential'),
+    (['--bn_weight_decay=-0.1'], '--bn_weight_decay must be >= 0'),
+    (['--frozen_bn=eval'], '--frozen_bn must be train or inference'),
+    (['--optimizer=adam'], '--optimizer=adam is not implemented; use mom'),
+])
+def test_bad_fine_tuning_rule_flags_are_one_line(setup, tmp_path, extra, message):
+    root, pretrained, single = setup
+    result = run_train(*tune_flags(single, str(tmp_path / 'm'), pretrained), *extra)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith('train.py: error: ' + message)

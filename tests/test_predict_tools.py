@@ -269,3 +269,64 @@ def test_help_says_what_the_exit_status_means(capsys):
         text = ' '.join(capsys.readouterr().out.split())
         assert 'Exit status: 0 when at least one image was processed' in text
         assert '1 when no image could be processed' in text
+
+
+# ------------------------------------------------------------ the original programs' files
+
+IMAGENET_DICT = '0\ttench\tTinca\ttinca\n1\tgoldfish\tCarassius\tauratus\n' \
+                '2\tgreat\twhite\tshark\twhite\tshark\tman-eater\n'
+
+
+def test_imagenet_dictionary_layout(tmp_path):
+    path = write(tmp_path / 'imagenet2012_dictionary.txt', IMAGENET_DICT)
+    assert inference_io.load_class_names(path, 3) == [
+        'tench Tinca tinca', 'goldfish Carassius auratus',
+        'great white shark white shark man-eater']
+    # the original's reading: the second tab field of the line keyed by the index
+    assert inference_io.load_original_class_names(path, 3) == ['tench', 'goldfish', 'great']
+
+
+def test_original_reading_of_the_ml_images_dictionary_gives_wordnet_ids(tmp_path):
+    path = write(tmp_path / 'dict.txt', ML_IMAGES_DICT)
+    assert inference_io.load_original_class_names(path, 4) == [
+        'n00002452', 'n00020827', 'n00002684', 'n05220461']
+    with pytest.raises(serving.UsageError, match='has no line for class 4 \\(of 5\\)'):
+        inference_io.load_original_class_names(path, 5)
+    bad = write(tmp_path / 'bad.txt', '0 tench\n')
+    with pytest.raises(Exception, match='line 1: expected "index<TAB>name"'):
+        inference_io.load_original_class_names(bad, 1)
+
+
+def test_original_list_splitting_and_output_lines(tmp_path):
+    listing = write(tmp_path / 'list.txt', 'a b.jpg 7\n\nc.jpg\td 1\ne.jpg\n')
+    entries = inference_io.original_list_entries(listing, ' ')
+    assert [(str(n), n.second, p) for n, p in entries] == [
+        ('a', 'b.jpg', 'a'), ('c.jpg\td', '1', 'c.jpg\td'), ('e.jpg', '', 'e.jpg')]
+    entries = inference_io.original_list_entries(listing, '\t')
+    assert [str(n) for n, _ in entries] == ['a b.jpg 7', 'c.jpg', 'e.jpg']
+    line = inference_io.original_feature_line(
+        inference_io.ListEntry('x.jpg', '3'), np.array([0.1, 1e-8, -2.5, 3], np.float32))
+    assert line == 'x.jpg\t3\t0.1 1e-08 -2.5 3.0\n'
+    stream = Stream()
+    writer = inference_io.OriginalClassificationWriter(stream, 2, ['a', 'b', 'c'])
+    writer.write('p.jpg', {'probabilities': np.array([0.2, 0.1234, 0.6766], np.float32)})
+    writer.skip('q.jpg')
+    assert stream.text == ('+++ the predictions of p.jpg is:\n2 c: 0.677\n0 a: 0.200\n'
+                           'open pic q.jpg failed\n')
+
+
+def test_original_flag_names_are_accepted(capsys):
+    parser = predict_tool.build_parser()
+    args = parser.parse_intermixed_args(
+        ['--images=l.txt', '--top_k_pred=3', '--model_dir=m/resnet.ckpt',
+         '--dictionary=d.txt', '--result=r.txt', '--format', 'original'])
+    assert (args.list, args.top_k, args.checkpoint, args.class_dict, args.output) == (
+        'l.txt', 3, 'm/resnet.ckpt', 'd.txt', 'r.txt')
+    args = extract_features.build_parser().parse_intermixed_args(
+        ['--pretrain_ckpt=./ckpts', '--images=imglist.txt', '--result=test.txt',
+         '--resnet_size=101', '--data_format=NCHW', '--visiable_gpu=0'])
+    assert (args.checkpoint, args.list, args.output, args.preprocess) == (
+        './ckpts', 'imglist.txt', 'test.txt', None)
+    status = predict_tool.main(['--saved_model', 'x', '--preprocess', 'eval', 'a.jpg'])
+    assert status == 2
+    assert '--preprocess go with --checkpoint' in capsys.readouterr().err

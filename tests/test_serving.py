@@ -1,9 +1,12 @@
 """Inference end to end with a really trained model: train.py trains a ResNet-18 two steps
 and exports it (--export_dir); the SavedModel, loaded with the SavedModel loader, and
 tools/predict.py, tools/extract_features.py and train.py --mode=predict/export must give
-what Estimator.predict gives on the same Pillow-made JPEG and PNG files."""
+what Estimator.predict gives on the same Pillow-made JPEG and PNG files. The preprocessing
+is the original's inference (the default, --preprocess=original), checked against OpenCV;
+--preprocess=eval, and the original programs' output formats, are checked too."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -65,6 +68,7 @@ def trained(tmp_path_factory):
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'exported %s as the SavedModel %s' % (os.path.join(model_dir, 'model.ckpt-2'),
                                                  export_dir) in result.stderr
+    assert 'preprocess=original: the original\'s inference preprocessing' in result.stderr
     return model_dir, export_dir
 
 
@@ -90,16 +94,37 @@ def images(tmp_path_factory):
     return str(directory), [(path, open(path, 'rb').read()) for path in good]
 
 
+def original_input(data):
+    """The default inference preprocessing (the original's), one encoded image."""
+    return image_preprocess.original_inference_image(
+        image_preprocess.decode_uint8_like_opencv(data), IMAGE_SIZE)
+
+
+def eval_input(data):
+    """--preprocess=eval: train.py's evaluation crop, one encoded image."""
+    return image_preprocess.preprocess_image(image_preprocess.decode_image(data), IMAGE_SIZE,
+                                             is_training=False)
+
+
 @pytest.fixture(scope='module')
 def reference(trained, images):
-    """Estimator.predict of model_fn.resnet_model_fn on the good images, in order."""
+    """Estimator.predict of model_fn.resnet_model_fn on the good images, in order, with the
+    default (original) preprocessing."""
+    return estimator_reference(trained, images, original_input)
+
+
+@pytest.fixture(scope='module')
+def eval_reference(trained, images):
+    return estimator_reference(trained, images, eval_input)
+
+
+def estimator_reference(trained, images, preprocess):
     model_dir, _ = trained
     encoded = [data for _, data in images[1]]
 
     def input_fn():
         dataset = tf.data.Dataset.from_tensor_slices(encoded)
-        dataset = dataset.map(lambda data: image_preprocess.preprocess_image(
-            image_preprocess.decode_image(data), IMAGE_SIZE, is_training=False))
+        dataset = dataset.map(preprocess)
         # One batch, as the SavedModel is fed below: a convolution's float rounding can
         # depend on the batch size (~1e-6 relative), the graph itself does not differ.
         return dataset.batch(len(encoded))
@@ -361,3 +386,176 @@ def test_export_mode_and_predict_mode_of_train_py(trained, images, reference, tm
         if a[klass] == b[klass]:
             assert a[:score] + a[score + 1:] == b[:score] + b[score + 1:]
 
+
+
+# ------------------------------------------------ the original's inference, OpenCV, formats
+
+def opencv_network_input(cv2, path, image_size=IMAGE_SIZE):
+    """The original's extract_feature.py / image_classification.py input written with
+    OpenCV: cv2.imread (BGR), shorter side 256 x image_size / 224, int() sizes, centre crop
+    at int((new - S) / 2), (x / 255 - 0.5) * 2, BGR -> RGB."""
+    image = cv2.imread(path)
+    assert image is not None, path
+    side = round(256 * image_size / 224)
+    raw_h, raw_w = float(image.shape[0]), float(image.shape[1])
+    new_h = new_w = float(side)
+    if raw_h <= raw_w:
+        new_w = raw_w / raw_h * new_h
+    else:
+        new_h = raw_h / raw_w * new_w
+    image = cv2.resize(image, (int(new_w), int(new_h)))
+    top, left = int((new_h - image_size) / 2), int((new_w - image_size) / 2)
+    crop = image[top:top + image_size, left:left + image_size]
+    return (((crop / 255.0) - 0.5) * 2.0)[..., ::-1]
+
+
+@pytest.fixture(scope='module')
+def photos(tmp_path_factory):
+    """Non-square photo-like JPEGs (smooth gradients and noise, both orientations) and a PNG."""
+    directory = tmp_path_factory.mktemp('photos')
+    rng = np.random.default_rng(3)
+    paths = []
+    for i, (height, width) in enumerate([(375, 500), (500, 333), (120, 347), (61, 40)]):
+        y, x = np.mgrid[0:height, 0:width]
+        pixels = np.stack([x * 255.0 / width, y * 255.0 / height,
+                           127 + 60 * np.sin(x / 7.0) * np.cos(y / 5.0)], -1)
+        pixels = np.clip(pixels + rng.normal(0, 12, pixels.shape), 0, 255).astype(np.uint8)
+        path = str(directory / ('photo_%d.%s' % (i, 'png' if i == 3 else 'jpg')))
+        Image.fromarray(pixels).save(path, quality=92)
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize('image_size', [224, IMAGE_SIZE])
+def test_tools_network_input_is_opencvs_within_one_level(photos, image_size):
+    """serving.preprocess_batch, the input stage of predict.py, extract_features.py and the
+    SavedModel, against the OpenCV reference: within 1/255 on [0, 1] (2/255 on [-1, 1])."""
+    cv2 = pytest.importorskip('cv2')
+    with tf.Graph().as_default(), tf.Session() as session:
+        encoded = tf.placeholder(tf.string, [None])
+        batch = serving.preprocess_batch(encoded, image_size)
+        for path in photos:
+            got = session.run(batch, {encoded: [open(path, 'rb').read()]})[0]
+            want = opencv_network_input(cv2, path, image_size)
+            assert got.shape == want.shape == (image_size, image_size, 3)
+            difference = np.max(np.abs(got - want)) / 2
+            print('%s at %d: max |input - OpenCV\'s| = %.3g / 255'
+                  % (os.path.basename(path), image_size, difference * 255))
+            assert difference <= 1 / 255 + 1e-6, path
+
+
+def model_on_inputs(model_dir, inputs):
+    """features and probabilities of the checkpoint's model on given network inputs."""
+    with tf.Graph().as_default(), tf.Session() as session:
+        images = tf.placeholder(tf.float32, [None, IMAGE_SIZE, IMAGE_SIZE, 3])
+        params = serving.inference_params(18, CLASSES)
+        spec = model_fn.resnet_model_fn(images, None, tf.estimator.ModeKeys.PREDICT, params)
+        serving.restore(session, tf.train.latest_checkpoint(model_dir))
+        return session.run(spec.predictions, {images: np.stack(inputs).astype(np.float32)})
+
+
+def test_extract_features_original_format_from_the_original_list(trained, photos, tmp_path,
+                                                                  capsys):
+    """--format original with the original's flag names: `path \t label \t f1 ... fD` for
+    each line of a `path label` list, the features those of the OpenCV-made input."""
+    cv2 = pytest.importorskip('cv2')
+    model_dir, _ = trained
+    listing = tmp_path / 'imglist.txt'
+    listing.write_text(''.join('%s %d\n' % (path, 10 + i) for i, path in enumerate(photos)))
+    result = tmp_path / 'test.txt'
+    status, _, err = run_tool(extract_features, capsys, '--format', 'original',
+                              '--pretrain_ckpt', model_dir, '--image_size', IMAGE_SIZE,
+                              '--images', listing, '--result', result)
+    assert status == 0, err
+    lines = result.read_text().splitlines()
+    assert len(lines) == len(photos)
+    want = model_on_inputs(model_dir, [opencv_network_input(cv2, p) for p in photos])
+    for i, (line, path) in enumerate(zip(lines, photos)):
+        name, label, values = line.split('\t')
+        assert (name, label) == (path, str(10 + i))
+        features = np.array([float(v) for v in values.split(' ')], np.float32)
+        assert features.shape == (FEATURE_DIM,)
+        # Python's str() of each float32 reads back to the same float32
+        assert values.split(' ') == [str(x) for x in features]
+        assert_close(features, want['features'][i], path)
+
+
+def test_predict_original_format_reads_imagenets_dictionary_as_the_original(
+        trained, images, photos, tmp_path, capsys):
+    """image_classification.py's text: `+++ the predictions of PATH is:`, then the top-k
+    `INDEX NAME: PROB` (softmax, %.3f, NAME = the dictionary line's second tab field), and
+    `open pic PATH failed` in place for an unreadable image."""
+    cv2 = pytest.importorskip('cv2')
+    model_dir, _ = trained
+    directory, _ = images
+    dictionary = tmp_path / 'imagenet2012_dictionary.txt'
+    words = ['tench\tTinca\ttinca', 'goldfish\tCarassius\tauratus',
+             'great\twhite\tshark\twhite\tshark', 'tiger\tshark', 'hammerhead']
+    dictionary.write_text(''.join('%d\t%s\n' % (i, w) for i, w in enumerate(words)))
+    broken = os.path.join(directory, '3_broken.jpg')
+    order = [photos[0], broken, photos[1], photos[2]]
+    listing = tmp_path / 'im_list_for_classification.txt'
+    listing.write_text(''.join('%s\n' % path for path in order))
+    result = tmp_path / 'label_pred.txt'
+    status, _, err = run_tool(predict_tool, capsys, '--format', 'original', '--images',
+                              listing, '--top_k_pred', 3, '--model_dir', model_dir,
+                              '--image_size', IMAGE_SIZE, '--dictionary', dictionary,
+                              '--result', result)
+    assert status == 0, err
+    good = [p for p in order if p != broken]
+    want = model_on_inputs(model_dir, [opencv_network_input(cv2, p) for p in good])
+    lines = iter(result.read_text().splitlines())
+    k = 0
+    for path in order:
+        if path == broken:
+            assert next(lines) == 'open pic %s failed' % broken
+            continue
+        assert next(lines) == '+++ the predictions of %s is:' % path
+        probabilities = want['probabilities'][k]
+        classes = []
+        for _ in range(3):
+            index, name, probability = re.match(r'^(\d+) (\S+): (\d\.\d{3})$',
+                                                next(lines)).groups()
+            classes.append(int(index))
+            assert name == words[int(index)].split('\t')[0]
+            assert abs(float(probability) - probabilities[int(index)]) <= 0.0005 + 1e-5
+        assert_top_k(classes, probabilities, 3)
+        k += 1
+    assert next(lines, None) is None
+    # the project's own formats read the same file as names of whole words
+    import inference_io
+    assert inference_io.load_class_names(str(dictionary))[2] == 'great white shark white shark'
+
+
+def test_preprocess_eval_in_tools_and_export(trained, images, eval_reference, tmp_path,
+                                             capsys):
+    """--preprocess=eval gives train.py's evaluation crop in extract_features.py and in a
+    SavedModel exported with it, which records its preprocessing."""
+    model_dir, _ = trained
+    directory, good = images
+    output = tmp_path / 'features.npy'
+    status, _, err = run_tool(extract_features, capsys, '--checkpoint', model_dir,
+                              '--image_size', IMAGE_SIZE, '--preprocess', 'eval', directory,
+                              '-o', output)
+    assert status == 0, err
+    assert_close(np.load(str(output)), eval_reference['features'], 'features')
+    export_dir = str(tmp_path / 'eval_export')
+    result = run_train('--model_dir=' + model_dir, '--class_num=%d' % CLASSES,
+                       '--resnet_size=18', '--image_size=%d' % IMAGE_SIZE, '--mode=export',
+                       '--export_dir=' + export_dir, '--preprocess=eval')
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'preprocess=eval: train.py\'s evaluation crop' in result.stderr
+    assert serving.saved_model_preprocessing(export_dir).startswith('preprocess=eval: ')
+    predictor = serving.load_predictor(saved_model=export_dir)
+    try:
+        assert predictor.preprocessing.startswith('preprocess=eval: ')
+        served = predictor.run([data for _, data in good], ('features',))
+    finally:
+        predictor.close()
+    assert_close(served['features'], eval_reference['features'], 'features')
+    bad = run_train('--model_dir=' + model_dir, '--mode=export', '--preprocess=crop',
+                    '--export_dir=' + str(tmp_path / 'x'))
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == (
+        'train.py: error: --preprocess must be original (the original\'s inference) or '
+        'eval (the evaluation crop), got \'crop\'')

@@ -5,9 +5,15 @@ ResNet-50 and deeper, 512 for ResNet-18/34), as the original's feature extractio
     python tools/extract_features.py --checkpoint out/checkpoint --image_size 224 \\
         --list images.txt --output features.npy          # + features.txt, the image names
     python tools/extract_features.py --saved_model export/ photos/ -o features.npy
+    # the original's extract_feature.py, its flags and its text output:
+    python tools/extract_features.py --format original --pretrain_ckpt=./ckpts \
+        --images=imglist.txt --result=test.txt
 
 Writes OUTPUT (.npy, float32, N x D) and a text file with the N image names in row order
-(--names, default OUTPUT with .txt for .npy). Images that cannot be read or decoded are
+(--names, default OUTPUT with .txt for .npy); with --format original one text file as the
+original's extract_feature.py: per image `path <TAB> second field of its list line <TAB>
+f1 f2 ... fD` (the list lines split on spaces as the original did: `path label`).
+Preprocessing: the original's by default (--preprocess, see tools/predict.py). Images that cannot be read or decoded are
 reported on stderr, one line each, and left out of both files. Both files are written under
 temporary names and renamed when complete. The inference code is serving.py's; the model
 and image options are tools/predict.py's.
@@ -34,8 +40,17 @@ def build_parser():
     _predict.add_model_arguments(parser)
     _predict.add_image_arguments(parser)
     group = parser.add_argument_group('output')
-    group.add_argument('-o', '--output', required=True, metavar='FILE.npy',
-                       help='the feature matrix (numpy .npy, float32, N x D)')
+    group.add_argument('-o', '--output', '--result', required=True, metavar='FILE',
+                       dest='output',
+                       help='the feature matrix (numpy .npy, float32, N x D), or with '
+                            '--format original the text file; --result is the original\'s '
+                            'name')
+    group.add_argument('--format', choices=('npy', 'original'), default='npy',
+                       help='npy (default): OUTPUT.npy and the names file. original: '
+                            'extract_feature.py\'s text, one line per image "path<TAB>'
+                            'second field<TAB>f1 f2 ... fD" (each value as Python prints a '
+                            'float32); --list lines are split on spaces as the original '
+                            'did, "path label"')
     group.add_argument('--names', metavar='FILE',
                        help='the image names, one a line in row order (default: OUTPUT '
                             'with .txt instead of .npy)')
@@ -52,15 +67,23 @@ def main(argv=None):
     try:
         args = parser.parse_intermixed_args(argv)
         _predict.check_model_arguments(parser, args)
+        if args.format == 'original' and args.names:
+            parser.error('--names goes with --format npy; --format original writes the '
+                         'names in its one file')
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
 
     def work(serving, predictor, images):
-        return serving.run_extract_features(
-            predictor, images, args.output, args.names, args.batch_size, PROG) + (
-                predictor.feature_dim,)
+        if args.format == 'original':
+            counts = serving.run_extract_features_text(predictor, images, args.output,
+                                                       args.batch_size, PROG)
+        else:
+            counts = serving.run_extract_features(predictor, images, args.output, args.names,
+                                                  args.batch_size, PROG)
+        return counts + (predictor.feature_dim,)
 
-    result = _predict.with_predictor(args, work, error)
+    result = _predict.with_predictor(args, work, error,
+                                     list_separator=' ' if args.format == 'original' else None)
     if result is None:
         return 2
     processed, skipped, dim = result

@@ -4,13 +4,19 @@ names, and (multi-label, the default) every class whose sigmoid score reaches --
 
     python tools/predict.py --checkpoint out/checkpoint --class_dict dictionary.txt photos/
     python tools/predict.py --saved_model export/ --list images.txt --format jsonl -o out.jsonl
+    # the original's image_classification.py, its flags and its output text:
+    python tools/predict.py --format original --images=data/im_list_for_classification.txt \
+        --top_k_pred=5 --model_dir=checkpoints/resnet.ckpt \
+        --dictionary=data/imagenet2012_dictionary.txt --result=label_pred.txt
 
 The model is a checkpoint of train.py (a model directory or a checkpoint path; architecture
 and class count are read from it, --image_size says the input size) or a SavedModel written
 by `train.py --export_dir`. Images: file paths, directories (their .jpg/.jpeg/.png/.gif/.bmp
 files, recursively) and --list files. The inference code is serving.py's, shared with
 train.py --mode predict; this file only parses the command line (extract_features.py
-reuses its options).
+reuses its options). Images go through the original's inference preprocessing by default
+(--preprocess=original: shorter side 256, centre crop, OpenCV's bilinear), or train.py's
+evaluation crop (--preprocess=eval); a SavedModel has the one it was exported with.
 """
 import argparse
 import os
@@ -60,7 +66,11 @@ def add_model_arguments(parser):
     source = group.add_mutually_exclusive_group(required=True)
     source.add_argument('--checkpoint', metavar='PATH',
                         help='a model directory of train.py (its latest checkpoint) or a '
-                             'checkpoint path such as out/checkpoint/model.ckpt-44000')
+                             'checkpoint path such as out/checkpoint/model.ckpt-44000 (also '
+                             'a checkpoint of the original program); --pretrain_ckpt and '
+                             '--model_dir are the original programs\' names for it')
+    for alias in ('--pretrain_ckpt', '--model_dir'):  # listed in --checkpoint's help
+        source.add_argument(alias, dest='checkpoint', help=argparse.SUPPRESS)
     source.add_argument('--saved_model', metavar='DIR',
                         help='a SavedModel written by train.py --export_dir')
     group.add_argument('--image_size', type=positive_int, metavar='S',
@@ -73,6 +83,20 @@ def add_model_arguments(parser):
                        help='check that the model has N classes')
     group.add_argument('--batch_size', type=positive_int, default=32, metavar='N',
                        help='images per run of the model (default: 32)')
+    group.add_argument('--preprocess', choices=('original', 'eval'),
+                       help='how an image becomes the network input with --checkpoint. '
+                            'original (default): as the original\'s extract_feature.py and '
+                            'image_classification.py, the shorter side resized to 256 x '
+                            'image_size / 224 (OpenCV\'s bilinear), the centre square. eval: '
+                            'train.py\'s evaluation crop (the central 80 %%, squashed). A '
+                            'SavedModel has the one it was exported with')
+    group.add_argument('--data_format', default='auto',
+                       help='layout of the checkpoint\'s model: NCHW (on a GPU; NHWC '
+                            'without one), NHWC or auto (NCHW with a GPU; default); the '
+                            'results do not depend on it')
+    group.add_argument('--visiable_gpu', type=int, default=0, metavar='K',
+                       help='run on GPU K (the original\'s spelling; default 0, when there '
+                            'is one); -1 = leave the visible GPUs as they are')
 
 
 def add_image_arguments(parser):
@@ -80,10 +104,12 @@ def add_image_arguments(parser):
     group.add_argument('images', nargs='*', metavar='IMAGE',
                        help='image files, or directories searched recursively for '
                             '.jpg/.jpeg/.png/.gif/.bmp files (natural order)')
-    group.add_argument('--list', metavar='FILE',
+    group.add_argument('--list', '--images', metavar='FILE', dest='list',
                        help='a list of images, one a line: the path is the text before the '
                             'first tab, or the first field of a line without tabs, so the '
-                            'record builder\'s image lists (with labels) work as they are')
+                            'record builder\'s image lists (with labels) work as they are. '
+                            'With --format original the line is split as the original '
+                            'program did. --images is the original programs\' name')
     group.add_argument('--image_root', metavar='DIR',
                        help='directory the relative paths of --list are relative to '
                             '(default: the current directory)')
@@ -102,11 +128,15 @@ def build_parser():
     add_model_arguments(parser)
     add_image_arguments(parser)
     group = parser.add_argument_group('output')
-    group.add_argument('--class_dict', metavar='FILE',
+    group.add_argument('--class_dict', '--dictionary', metavar='FILE', dest='class_dict',
                        help='class names: the ML-Images dictionary (header "category_index '
-                            '...", then "index WordNet-id parent-index name" per class) or '
-                            'one name per line, line k naming class k')
-    group.add_argument('--top_k', type=positive_int, default=5, metavar='K',
+                            '...", then "index WordNet-id parent-index name" per class), '
+                            'ImageNet\'s imagenet2012_dictionary.txt ("index<TAB>name" per '
+                            'line) or one name per line, line k naming class k. With '
+                            '--format original read as the original did: field 2 of the '
+                            'tab-separated line. --dictionary is the original\'s name')
+    group.add_argument('--top_k', '--top_k_pred', type=positive_int, default=5, metavar='K',
+                       dest='top_k',
                        help='classes listed per image, best first (default: 5, at most the '
                             'number of classes)')
     group.add_argument('--threshold', type=unit_float, metavar='T',
@@ -116,9 +146,13 @@ def build_parser():
                        help='score classes with the softmax probability (a single-label '
                             'model, e.g. fine-tuned on ImageNet) and list only the top-k; '
                             'default: multi-label sigmoid scores')
-    group.add_argument('--format', choices=('tsv', 'jsonl'), default='tsv',
-                       help='tsv (default) or jsonl (JSON lines)')
-    group.add_argument('-o', '--output', metavar='FILE',
+    group.add_argument('--format', choices=('tsv', 'jsonl', 'original'), default='tsv',
+                       help='tsv (default), jsonl (JSON lines) or original: the text of the '
+                            'original\'s image_classification.py, per image "+++ the '
+                            'predictions of PATH is:" then "INDEX NAME: PROB" for the top-k '
+                            'softmax probabilities (%%.3f), "open pic PATH failed" for an '
+                            'image that cannot be read; list lines split on tabs')
+    group.add_argument('-o', '--output', '--result', metavar='FILE', dest='output',
                        help='write here (under a temporary name, renamed when complete) '
                             'instead of stdout')
     return parser
@@ -129,9 +163,17 @@ def error(message):
 
 
 def check_model_arguments(parser, args):
-    if args.saved_model and (args.image_size or args.resnet_size):
-        parser.error('--image_size and --resnet_size go with --checkpoint; a SavedModel '
-                     'has them built in')
+    if args.saved_model and (args.image_size or args.resnet_size or args.preprocess):
+        parser.error('--image_size, --resnet_size and --preprocess go with --checkpoint; a '
+                     'SavedModel has them built in')
+
+
+def choose_gpu(visiable_gpu):
+    """--visiable_gpu: CUDA_VISIBLE_DEVICES for this process, before TensorFlow starts."""
+    import devices
+    value = devices.visible_gpus(visiable_gpu, 1, os.environ)
+    if value is not None:
+        os.environ[devices.GPU_ENV] = value
 
 
 def import_serving():
@@ -154,21 +196,39 @@ def import_inference_io():
 
 def load_model(serving, args, top_k=5):
     """The serving.Predictor the model arguments name."""
+    data_format = None  # auto
+    if args.data_format.lower() != 'auto':
+        import resnet
+        try:
+            data_format = resnet.normalize_data_format(args.data_format)
+        except ValueError as e:
+            raise serving.UsageError('--data_format: %s' % e)
+        if data_format == 'channels_first' and not serving.tf.config.list_physical_devices(
+                'GPU'):
+            data_format = 'channels_last'  # CPU convolutions are NHWC only; same results
     return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
                                   image_size=args.image_size or DEFAULT_IMAGE_SIZE,
                                   resnet_size=args.resnet_size, class_num=args.class_num,
-                                  top_k=top_k)
+                                  top_k=top_k, data_format=data_format,
+                                  preprocess=args.preprocess or serving.DEFAULT_PREPROCESS)
 
 
-def with_predictor(args, work, error, top_k=5):
+def with_predictor(args, work, error, top_k=5, list_separator=None):
     """Collects the images the arguments name, loads the model and returns
     work(serving, predictor, images), closing the model after; bad input is reported with
-    `error` and gives None (exit status 2)."""
+    `error` and gives None (exit status 2). list_separator: read --list as the original
+    programs did (inference_io.original_list_entries)."""
+    choose_gpu(args.visiable_gpu)
     serving, bad_input = import_serving()
     predictor = None
     try:
-        images = import_inference_io().collect_images(args.images, args.list,
-                                                      args.image_root)
+        inference_io = import_inference_io()
+        if list_separator is not None and args.list and not os.path.isdir(args.list):
+            images = inference_io.collect_images(args.images) if args.images else []
+            images += inference_io.original_list_entries(args.list, list_separator,
+                                                         args.image_root)
+        else:
+            images = inference_io.collect_images(args.images, args.list, args.image_root)
         predictor = load_model(serving, args, top_k)
         return work(serving, predictor, images)
     except bad_input as e:
@@ -185,20 +245,24 @@ def main(argv=None):
     try:
         args = parser.parse_intermixed_args(argv)
         check_model_arguments(parser, args)
-        if args.single_label and args.threshold is not None:
-            parser.error('--threshold is for multi-label scores, not --single_label')
+        if (args.single_label or args.format == 'original') and args.threshold is not None:
+            parser.error('--threshold is for multi-label scores, not --single_label or '
+                         '--format original')
     except SystemExit as exc:  # --help, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 2
-    threshold = None if args.single_label else (
+    threshold = None if args.single_label or args.format == 'original' else (
         0.5 if args.threshold is None else args.threshold)
 
     def work(serving, predictor, images):
-        names = (import_inference_io().load_class_names(args.class_dict, predictor.class_num)
-                 if args.class_dict else None)
+        inference_io = import_inference_io()
+        load = (inference_io.load_original_class_names if args.format == 'original'
+                else inference_io.load_class_names)
+        names = load(args.class_dict, predictor.class_num) if args.class_dict else None
         return serving.run_predict(predictor, images, args.output, args.format,
                                    args.batch_size, args.top_k, threshold, names, PROG)
 
-    result = with_predictor(args, work, error, args.top_k)
+    result = with_predictor(args, work, error, args.top_k,
+                            '\t' if args.format == 'original' else None)
     if result is None:
         return 2
     processed, skipped = result
