@@ -80,10 +80,8 @@ def before_tensorflow(program, argv=None):
     return verbose
 
 
-def help_and_exit(program, argv=None):
-    """--help needs no TensorFlow: prints the grouped flags at once and exits 0."""
+
+def wants_help(argv=None):
+    """Whether the command line asks for --help (which needs no TensorFlow)."""
     argv = sys.argv[1:] if argv is None else argv
-    if any(arg in ('-h', '--help', '-help', '--helpshort', '--helpfull') for arg in argv):
-        import flags
-        sys.stdout.write(flags.grouped_help(program))
-        sys.exit(0)
+    return any(arg in ('-h', '--help', '-help', '--helpshort', '--helpfull') for arg in argv)

@@ -18,8 +18,10 @@ import sys
 import startup
 
 PROGRAM = 'train.py'
-if __name__ == '__main__':
-    startup.help_and_exit(PROGRAM)
+if __name__ == '__main__' and startup.wants_help():
+    import flags as flags_lib  # absl only: --help prints at once
+    sys.stdout.write(flags_lib.grouped_help(PROGRAM))
+    sys.exit(0)
 startup.before_tensorflow(PROGRAM)  # quiet start-up and the versions, before the import
 
 import tensorflow.compat.v1 as tf  # noqa: E402
