@@ -16,6 +16,7 @@ from PIL import Image
 import records
 import train  # noqa: F401 (graph mode, as train.py runs)
 from tools import check_tfrecords as ct
+from tools import record_checks as rc
 from tools import make_tfrecords
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,37 +133,37 @@ def broken(tmp_path_factory):
         return write_shard(root / name, records)
 
     # A byte flipped in the middle of record 3 fails its CRC; 0..2 stay readable.
-    path = shard('flipped.tfrecords', good, (3, ct.CORRUPT_FILE))
+    path = shard('flipped.tfrecords', good, (3, rc.CORRUPT_FILE))
     data = bytearray(open(path, 'rb').read())
     data[record_offsets(good)[3] + 16 + len(good[3]) // 2] ^= 0xff
     open(path, 'wb').write(bytes(data))
     # Cut inside record 4, and cut inside the header of record 4 (which TF's reader
     # silently takes for the end of the file).
     for name, keep in (('truncated.tfrecords', 40), ('cut_header.tfrecords', 5)):
-        path = shard(name, good, (4, ct.CORRUPT_FILE))
+        path = shard(name, good, (4, rc.CORRUPT_FILE))
         data = open(path, 'rb').read()
         open(path, 'wb').write(data[:record_offsets(good)[4] + keep])
     shard('label_length.tfrecords',
           [good[0], record(label=label_vector(class_num=CLASSES - 1)), good[2],
            raw_label_record(b'\0' * 7)],
-          (1, ct.LABEL_LENGTH), (3, ct.LABEL_LENGTH))
+          (1, rc.LABEL_LENGTH), (3, rc.LABEL_LENGTH))
     shard('label_values.tfrecords',
           [record(label=label_vector([(2, 1.5)])), good[1],
            record(label=label_vector([(0, np.nan)])),
            record(label=label_vector([(6, -np.inf)])),
            record(label=label_vector([(3, -1.01)]))],
-          (0, ct.LABEL_VALUES), (2, ct.LABEL_VALUES), (3, ct.LABEL_VALUES),
-          (4, ct.LABEL_VALUES))
+          (0, rc.LABEL_VALUES), (2, rc.LABEL_VALUES), (3, rc.LABEL_VALUES),
+          (4, rc.LABEL_VALUES))
     shard('not_image.tfrecords',
           [good[0], good[1], record(image=b'this is not an image'), record(image=b''),
            record(image=JPEG[:len(JPEG) // 2])],
-          (2, ct.BAD_IMAGE), (3, ct.BAD_IMAGE), (4, ct.BAD_IMAGE))
+          (2, rc.BAD_IMAGE), (3, rc.BAD_IMAGE), (4, rc.BAD_IMAGE))
     shard('not_example.tfrecords', [good[0], b'\x0a\xff\xffnot a proto', good[2]],
-          (1, ct.NOT_EXAMPLE))
+          (1, rc.NOT_EXAMPLE))
     shard('missing.tfrecords',
           [record(drop=['label']), good[1], record(drop=['image']),
            record(drop=['image', 'label'])],
-          (0, ct.MISSING_FEATURE), (2, ct.MISSING_FEATURE), (3, ct.MISSING_FEATURE))
+          (0, rc.MISSING_FEATURE), (2, rc.MISSING_FEATURE), (3, rc.MISSING_FEATURE))
     open(str(root / 'empty.tfrecords'), 'wb').close()
     # Oddities that train: warnings only.
     shard('warnings.tfrecords',
@@ -183,42 +184,42 @@ def test_features_mirror_train_record_features():
 
 
 def test_check_record_verdicts():
-    decoder = ct.make_tf_decoder()
+    decoder = rc.make_tf_decoder()
     label = label_vector([(0, 1), (3, -1), (4, 0.7)])
-    result = ct.check_record(record(label=label, name='a/b.jpg'), CLASSES, decoder)
+    result = rc.check_record(record(label=label, name='a/b.jpg'), CLASSES, decoder)
     assert result.ok and result.reasons == [] and result.warnings == []
     np.testing.assert_array_equal(result.label, label)
     assert result.name == 'a/b.jpg'
     assert result.positives == 2  # 1 and 0.7: float32 0.7 >= mask_thres 0.7, as in training
-    assert ct.check_record(record(label=label), CLASSES, decoder, mask_thres=0.9).positives == 1
+    assert rc.check_record(record(label=label), CLASSES, decoder, mask_thres=0.9).positives == 1
     for name, (image, width, height) in ODD_BUT_FINE.items():
-        result = ct.check_record(record(image, width=width, height=height), CLASSES, decoder)
+        result = rc.check_record(record(image, width=width, height=height), CLASSES, decoder)
         assert result.ok and not result.warnings, (name, result)
         assert decoder(image).shape == (height, width, 3)
 
-    result = ct.check_record(record(label=label_vector(class_num=11)), CLASSES, decoder)
+    result = rc.check_record(record(label=label_vector(class_num=11)), CLASSES, decoder)
     assert not result.ok and result.label is None
     assert result.reasons == ['label length: 11 values, expected class_num=7']
-    result = ct.check_record(raw_label_record(b'\0' * 30), CLASSES, decoder)
+    result = rc.check_record(raw_label_record(b'\0' * 30), CLASSES, decoder)
     assert result.reasons[0].startswith('label length: 30 bytes, not a multiple of 4')
-    result = ct.check_record(record(label=label_vector([(2, 2.0), (5, np.nan)])), CLASSES)
-    assert sorted(r.split(':')[0] for r in result.reasons) == [ct.LABEL_VALUES] * 2
+    result = rc.check_record(record(label=label_vector([(2, 2.0), (5, np.nan)])), CLASSES)
+    assert sorted(r.split(':')[0] for r in result.reasons) == [rc.LABEL_VALUES] * 2
     assert 'class 2 = 2.0' in ' '.join(result.reasons)
 
     # a decoder that raises anything at all is a reason, not a crash
     def exploding(data):
         raise MemoryError('no')
-    result = ct.check_record(record(), CLASSES, exploding)
+    result = rc.check_record(record(), CLASSES, exploding)
     assert result.reasons == ['undecodable image: MemoryError: no']
     # wrong type or count of an optional feature breaks training's parse: bad
     example = tf.train.Example.FromString(record())
     example.features.feature['width'].float_list.value.append(3.0)
-    result = ct.check_record(example.SerializeToString(), CLASSES, decoder)
+    result = rc.check_record(example.SerializeToString(), CLASSES, decoder)
     assert result.reasons == ["bad feature: 'width' is a float_list, training reads a "
                               "int64_list"]
     example = tf.train.Example.FromString(record())
     example.features.feature['image'].bytes_list.value.append(JPEG)
-    result = ct.check_record(example.SerializeToString(), CLASSES, decoder)
+    result = rc.check_record(example.SerializeToString(), CLASSES, decoder)
     assert result.reasons == ["bad feature: 'image' has 2 values, training reads exactly 1"]
 
 
@@ -299,9 +300,9 @@ def test_every_kind_of_damage_is_found(broken, capsys):
 
     empty = by_name['empty.tfrecords']
     assert empty['records'] == 0 and not empty['bad'] and not empty['corrupt']
-    assert [w['warning'].split(':')[0] for w in empty['warnings']] == [ct.EMPTY_SHARD]
+    assert [w['warning'].split(':')[0] for w in empty['warnings']] == [rc.EMPTY_SHARD]
     kinds = by_name['warnings.tfrecords']['warning_kinds']
-    assert kinds == {ct.MISSING_OPTIONAL: 3, ct.SIZE_MISMATCH: 1, ct.LABEL_NEGATIVE: 1}
+    assert kinds == {rc.MISSING_OPTIONAL: 3, rc.SIZE_MISMATCH: 1, rc.LABEL_NEGATIVE: 1}
     assert not by_name['warnings.tfrecords']['bad']
 
     totals = summary['totals']
@@ -383,7 +384,7 @@ def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
     # TensorFlow; no TensorFlow is loaded in them, so the test stays fast.
     (tmp_path / 'dying_worker.py').write_text(
         'import os, signal\n'
-        'from tools import check_tfrecords\n'
+        'from tools import check_tfrecords, shard_checks\n'
         'def main(*args):\n'
         '    def check(path, class_num, mask_thres, decoder, on_progress, on_record):\n'
         '        on_record(0)\n'
@@ -391,7 +392,7 @@ def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
         '        on_record(2)\n'
         '        os.write(2, b"F image_op.cc:42] Check failed: oops\\n")\n'
         '        os.kill(os.getpid(), signal.SIGKILL)\n'
-        '    check_tfrecords._check_file = check\n'
+        '    shard_checks.check_file = check\n'
         '    check_tfrecords._worker_main(*args)\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     import dying_worker
@@ -424,7 +425,7 @@ def parser_graph():
 
 @pytest.fixture(scope='module')
 def decoder():
-    return ct.make_tf_decoder()
+    return rc.make_tf_decoder()
 
 
 @pytest.fixture
@@ -488,8 +489,8 @@ def mangled_records(draw):
 @given(serialized=mangled_records())
 def test_mangled_records_get_a_verdict_and_a_clean_training_error(
         serialized, decoder, parser_graph, watchdog):
-    result = ct.check_record(serialized, 3, decoder)
-    assert isinstance(result, ct.CheckResult)
+    result = rc.check_record(serialized, 3, decoder)
+    assert isinstance(result, rc.CheckResult)
     assert result.ok == (not result.reasons)
     if result.label is not None:
         assert result.label.shape == (3,) and np.all(np.abs(result.label) <= 1)
@@ -502,7 +503,7 @@ def test_mangled_records_get_a_verdict_and_a_clean_training_error(
     except UnicodeDecodeError:
         # Known TensorFlow defect (see test_unparseable_record_error_is_not_an_op_error):
         # only records that are not Examples at all get here.
-        assert result.reasons[0].startswith(ct.NOT_EXAMPLE), result
+        assert result.reasons[0].startswith(rc.NOT_EXAMPLE), result
         trained = False
     else:
         trained = True

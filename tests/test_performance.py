@@ -483,12 +483,12 @@ def test_benchmark_runs_end_to_end_and_prints_the_table(tmp_path):
 
 
 def test_checker_reads_the_sparse_layout():
-    from tools import check_tfrecords as ct
+    from tools import record_checks as rc
     data = encode(smooth_pixels(30, 40))
     good = make_tfrecords.make_sparse_example(data, [2, 5], [1.0, 0.7], 40, 30, 'a')
-    result = ct.check_record(good.SerializeToString(), CLASSES)
+    result = rc.check_record(good.SerializeToString(), CLASSES)
     assert result.ok and result.positives == 2, result
     np.testing.assert_array_equal(result.label, np.float32([0, 0, 1, 0, 0, 0.7, 0]))
     bad = make_tfrecords.make_sparse_example(data, [CLASSES], [1.0], 40, 30, 'b')
-    result = ct.check_record(bad.SerializeToString(), CLASSES)
+    result = rc.check_record(bad.SerializeToString(), CLASSES)
     assert not result.ok and 'outside [0, class_num=7)' in result.reasons[0]
