@@ -28,3 +28,9 @@ def dataset(tmp_path_factory):
 def images(tmp_path_factory):
     """helpers.make_image_files: readable and broken image files of every kind."""
     return helpers.make_image_files(tmp_path_factory.mktemp('images'))
+
+
+@pytest.fixture(scope='module')
+def shards(tmp_path_factory):
+    """helpers.write_mixed_shards with 7 classes: the training shard paths."""
+    return helpers.write_mixed_shards(str(tmp_path_factory.mktemp('perf')), 7)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import tensorflow.compat.v1 as tf
 from PIL import Image
 
 from tools import make_tfrecords
@@ -118,3 +119,105 @@ def make_image_files(root):
     Image.fromarray(noise(60, 60, 5)).save(buf, 'JPEG')
     (root / 'trunc.jpg').write_bytes(buf.getvalue()[:len(buf.getvalue()) // 2])
     return root
+
+
+def encode_pixels(pixels, fmt='JPEG', mode=None, **kw):
+    buf = io.BytesIO()
+    Image.fromarray(pixels, mode).save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def smooth_pixels(height, width, seed=0):
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([x * 255.0 / width, y * 255.0 / height, (x + y) * 127.0 / (width + height)],
+                    -1)
+    return np.clip(base + rng.normal(0, 3, base.shape), 0, 255).astype(np.uint8)
+
+
+def run_session(fetches, feed=None, seed=None):
+    with tf.Session() as sess:
+        return sess.run(fetches, feed)
+
+
+def write_images_and_list(root, count=6, seed=0):
+    images = os.path.join(root, 'images')
+    os.makedirs(images, exist_ok=True)
+    path = os.path.join(root, 'list.txt')
+    with open(path, 'w') as f:
+        for i in range(count):
+            Image.fromarray(smooth_pixels(36 + i, 48, seed + i)).save(
+                os.path.join(images, '%d.jpg' % i))
+            f.write('%d.jpg 0:1 %d:0.8 3:-1%s\n' % (i, 1 + i % 2, '' if i else ' 5:0'))
+    return path, images
+
+
+def write_mixed_shards(root, class_num):
+    """Three training shards under root/data/train: 9 images (8 JPEG, 1 PNG turned JPEG by
+    the builder) dealt into two, and one PNG record stored as is (the fallback decode)."""
+    list_path, images = write_images_and_list(root, count=8)
+    extra = os.path.join(images, 'p.png')
+    Image.fromarray(smooth_pixels(30, 30)).save(extra)
+    with open(list_path, 'a') as f:
+        f.write('p.png 2:1\n')
+    make_tfrecords.build_records([list_path], images, os.path.join(root, 'data'),
+                                 class_num=class_num, workers=1, progress=False, num_shards=2)
+    directory = os.path.join(root, 'data', 'train')
+    # A PNG stored as is (the builder would convert it to JPEG): the fallback path.
+    example = make_tfrecords.make_example(encode_pixels(smooth_pixels(20, 30), 'PNG'),
+                                          np.eye(class_num)[0], 30, 20, 'raw.png')
+    with tf.io.TFRecordWriter(os.path.join(directory, '2.tfrecords')) as writer:
+        writer.write(example.SerializeToString())
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory))
+
+
+# Records for the checker tests: CHECK_CLASSES classes, noise images.
+CHECK_CLASSES = 7
+
+
+def encode_noise(width, height, fmt='JPEG', mode='RGB', seed=0):
+    rng = np.random.RandomState(seed)
+    pixels = (rng.rand(height, width, 3) * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buf, fmt)
+    return buf.getvalue()
+
+
+JPEG = encode_noise(12, 9)
+ODD_BUT_FINE = {  # name -> (encoded, width, height): all decode to 3 channels
+    'one_pixel': (encode_noise(1, 1), 1, 1),
+    'gray': (encode_noise(10, 6, mode='L'), 10, 6),
+    'cmyk': (encode_noise(8, 5, mode='CMYK'), 8, 5),
+    'png_rgba': (encode_noise(7, 11, fmt='PNG', mode='RGBA'), 7, 11),
+}
+
+
+def label_vector(values=(), class_num=CHECK_CLASSES):
+    label = np.zeros(class_num, np.float32)
+    for index, value in values:
+        label[index] = value
+    return label
+
+
+def record(image=JPEG, label=None, width=12, height=9, name='img.jpg', drop=()):
+    """A serialized record made with make_tfrecords.make_example, minus `drop`."""
+    example = make_tfrecords.make_example(
+        image, label_vector() if label is None else label, width, height, name)
+    for key in drop:
+        del example.features.feature[key]
+    return example.SerializeToString()
+
+
+def raw_label_record(label_bytes):
+    example = tf.train.Example.FromString(record())
+    example.features.feature['label'].bytes_list.value[0] = label_bytes
+    return example.SerializeToString()
+
+
+def write_shard(path, records):
+    path = str(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for serialized in records:
+            writer.write(serialized)
+    return path

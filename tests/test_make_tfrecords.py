@@ -9,7 +9,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, write_lines as _write
+import input_pipeline
+import records as records_lib
+from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, run_session, \
+    write_images_and_list, write_lines as _write
 from tools import make_tfrecords as mt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -306,3 +309,27 @@ def test_cli_bad_arguments_exit_2(images, tmp_path, args, expected):
     assert result.stderr.count('\n') == 1, result.stderr
     assert expected in result.stderr
     assert not out.exists()
+
+
+SPARSE_CLASSES = 7
+
+
+def test_make_tfrecords_sparse_flag_and_mixed_layouts_train_side_by_side(tmp_path):
+    list_path, images = write_images_and_list(str(tmp_path))
+    data = str(tmp_path / 'data')
+    assert mt.main(['--out_dir', data, '--image_root', images, '--class_num',
+                                str(SPARSE_CLASSES), '--label_layout', 'sparse', '--quiet',
+                                '--workers', '1', list_path]) == 0
+    mt.build_records([list_path], images, data, class_num=SPARSE_CLASSES, workers=1,
+                                 progress=False, start_index=1)
+    files = [os.path.join(data, 'train', '%d.tfrecords' % k) for k in (0, 1)]
+    first = tf.train.Example.FromString(next(tf.io.tf_record_iterator(files[0])))
+    assert 'label/index' in first.features.feature and 'label' not in first.features.feature
+    assert records_lib.first_label_length(files[1]) == SPARSE_CLASSES
+    assert records_lib.first_label_length(files[0]) is None  # sparse: checked per record
+    with tf.Graph().as_default():
+        dataset = input_pipeline.input_fn(False, None, 12, SPARSE_CLASSES, 16, files=files)
+        images_out, labels = run_session(tf.data.make_one_shot_iterator(dataset).get_next())
+    assert images_out.shape == (12, 16, 16, 3)
+    np.testing.assert_array_equal(labels[:6], labels[6:])  # same lists, two layouts
+    np.testing.assert_array_equal(labels[0], np.float32([1, 0.8, 0, -1, 0, 0, 0]))

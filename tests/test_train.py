@@ -1,12 +1,15 @@
 """train.py as a user runs it: real JPEGs -> make_tfrecords -> training -> checkpoints and
 TensorBoard events read back; resume; --help; every bad input of the core issue."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from helpers import CLASSES, run_train, scalar_tags, small_run_flags
+import train
+from helpers import CLASSES, ROOT, run_train, scalar_tags, small_run_flags
 
 
 def checkpoint_values(model_dir):
@@ -152,3 +155,38 @@ def test_a_checkpoint_of_the_original_program_continues(dataset, tmp_path):
     assert 'Variable' in names and 'pos_count' not in names
     assert reader.get_tensor('global_step') == 4
     assert reader.get_tensor('Variable')[0] == 4  # streak continued from 2
+
+
+SYNTHETIC_CLASSES = 7
+
+
+@pytest.mark.slow
+def test_xla_and_synthetic_data_flags_train_with_train_py(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
+               TF_XLA_FLAGS='--tf_xla_cpu_global_jit')
+    model_dir = str(tmp_path / 'model')
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'train.py'), '--use_synthetic_data', '--xla',
+         '--data_dir=' + str(tmp_path / 'nowhere'), '--model_dir=' + model_dir,
+         '--log_dir=' + str(tmp_path / 'log'), '--class_num=%d' % SYNTHETIC_CLASSES,
+         '--resnet_size=18', '--image_size=32', '--batch_size=2', '--max_iter=2',
+         '--log_interval=1', '--augment_on=device'],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'XLA on' in result.stderr and 'synthetic data' in result.stderr
+    assert 'step 2: cross_entropy' in result.stderr
+    assert tf.train.latest_checkpoint(model_dir).endswith('model.ckpt-2')
+
+
+class Flags(dict):
+    __getattr__ = dict.__getitem__
+
+
+@pytest.mark.parametrize('name,value', [('augment_on', 'gpu'), ('dtype', 'fp64'),
+                                        ('private_threads', -1)])
+def test_bad_performance_flags_are_usage_errors(name, value):
+    flags = Flags(augment_on='auto', dtype='fp32', private_threads=0)
+    train.check_performance_flags(**flags)
+    flags[name] = value
+    with pytest.raises(train.UsageError, match='--' + name):
+        train.check_performance_flags(**flags)
