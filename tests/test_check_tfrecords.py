@@ -1,7 +1,5 @@
-"""Tests of tools/check_tfrecords.py on real shards of Pillow-made images, and a fuzz of
-check_record and records.parse_record with mangled records."""
-import faulthandler
-import io
+"""Tests of tools/check_tfrecords.py on real shards of Pillow-made images: whole files, the
+report, the command line and its worker processes."""
 import json
 import os
 import subprocess
@@ -9,69 +7,15 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow.compat.v1 as tf
-from hypothesis import HealthCheck, given, settings, strategies as st
-from PIL import Image
 
-import records
 import train  # noqa: F401 (graph mode, as train.py runs)
+from helpers import CHECK_CLASSES as CLASSES, JPEG, ODD_BUT_FINE, ROOT, encode_noise as encode, \
+    label_vector, raw_label_record, record, write_shard
 from tools import check_tfrecords as ct
-from tools import make_tfrecords
+from tools import record_checks as rc
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join('tools', 'check_tfrecords.py')
-CLASSES = 7
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='')
-
-
-# ------------------------------------------------------------------------- helpers
-
-def encode(width, height, fmt='JPEG', mode='RGB', seed=0):
-    rng = np.random.RandomState(seed)
-    pixels = (rng.rand(height, width, 3) * 255).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).convert(mode).save(buf, fmt)
-    return buf.getvalue()
-
-
-JPEG = encode(12, 9)
-ODD_BUT_FINE = {  # name -> (encoded, width, height): all decode to 3 channels
-    'one_pixel': (encode(1, 1), 1, 1),
-    'gray': (encode(10, 6, mode='L'), 10, 6),
-    'cmyk': (encode(8, 5, mode='CMYK'), 8, 5),
-    'png_rgba': (encode(7, 11, fmt='PNG', mode='RGBA'), 7, 11),
-}
-
-
-def label_vector(values=(), class_num=CLASSES):
-    label = np.zeros(class_num, np.float32)
-    for index, value in values:
-        label[index] = value
-    return label
-
-
-def record(image=JPEG, label=None, width=12, height=9, name='img.jpg', drop=()):
-    """A serialized record made with make_tfrecords.make_example, minus `drop`."""
-    example = make_tfrecords.make_example(
-        image, label_vector() if label is None else label, width, height, name)
-    for key in drop:
-        del example.features.feature[key]
-    return example.SerializeToString()
-
-
-def raw_label_record(label_bytes):
-    example = tf.train.Example.FromString(record())
-    example.features.feature['label'].bytes_list.value[0] = label_bytes
-    return example.SerializeToString()
-
-
-def write_shard(path, records):
-    path = str(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tf.io.TFRecordWriter(path) as writer:
-        for serialized in records:
-            writer.write(serialized)
-    return path
 
 
 def record_offsets(records):
@@ -132,37 +76,37 @@ def broken(tmp_path_factory):
         return write_shard(root / name, records)
 
     # A byte flipped in the middle of record 3 fails its CRC; 0..2 stay readable.
-    path = shard('flipped.tfrecords', good, (3, ct.CORRUPT_FILE))
+    path = shard('flipped.tfrecords', good, (3, rc.CORRUPT_FILE))
     data = bytearray(open(path, 'rb').read())
     data[record_offsets(good)[3] + 16 + len(good[3]) // 2] ^= 0xff
     open(path, 'wb').write(bytes(data))
     # Cut inside record 4, and cut inside the header of record 4 (which TF's reader
     # silently takes for the end of the file).
     for name, keep in (('truncated.tfrecords', 40), ('cut_header.tfrecords', 5)):
-        path = shard(name, good, (4, ct.CORRUPT_FILE))
+        path = shard(name, good, (4, rc.CORRUPT_FILE))
         data = open(path, 'rb').read()
         open(path, 'wb').write(data[:record_offsets(good)[4] + keep])
     shard('label_length.tfrecords',
           [good[0], record(label=label_vector(class_num=CLASSES - 1)), good[2],
            raw_label_record(b'\0' * 7)],
-          (1, ct.LABEL_LENGTH), (3, ct.LABEL_LENGTH))
+          (1, rc.LABEL_LENGTH), (3, rc.LABEL_LENGTH))
     shard('label_values.tfrecords',
           [record(label=label_vector([(2, 1.5)])), good[1],
            record(label=label_vector([(0, np.nan)])),
            record(label=label_vector([(6, -np.inf)])),
            record(label=label_vector([(3, -1.01)]))],
-          (0, ct.LABEL_VALUES), (2, ct.LABEL_VALUES), (3, ct.LABEL_VALUES),
-          (4, ct.LABEL_VALUES))
+          (0, rc.LABEL_VALUES), (2, rc.LABEL_VALUES), (3, rc.LABEL_VALUES),
+          (4, rc.LABEL_VALUES))
     shard('not_image.tfrecords',
           [good[0], good[1], record(image=b'this is not an image'), record(image=b''),
            record(image=JPEG[:len(JPEG) // 2])],
-          (2, ct.BAD_IMAGE), (3, ct.BAD_IMAGE), (4, ct.BAD_IMAGE))
+          (2, rc.BAD_IMAGE), (3, rc.BAD_IMAGE), (4, rc.BAD_IMAGE))
     shard('not_example.tfrecords', [good[0], b'\x0a\xff\xffnot a proto', good[2]],
-          (1, ct.NOT_EXAMPLE))
+          (1, rc.NOT_EXAMPLE))
     shard('missing.tfrecords',
           [record(drop=['label']), good[1], record(drop=['image']),
            record(drop=['image', 'label'])],
-          (0, ct.MISSING_FEATURE), (2, ct.MISSING_FEATURE), (3, ct.MISSING_FEATURE))
+          (0, rc.MISSING_FEATURE), (2, rc.MISSING_FEATURE), (3, rc.MISSING_FEATURE))
     open(str(root / 'empty.tfrecords'), 'wb').close()
     # Oddities that train: warnings only.
     shard('warnings.tfrecords',
@@ -172,55 +116,6 @@ def broken(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- tests
-
-def test_features_mirror_train_record_features():
-    kinds = {tf.string: 'bytes_list', tf.int64: 'int64_list'}
-    assert list(records.FEATURES) == list(records.RECORD_FEATURES)
-    for key, spec in records.RECORD_FEATURES.items():
-        kind, default = records.FEATURES[key]
-        assert kind == kinds[spec.dtype] and spec.shape == []
-        assert default == spec.default_value
-
-
-def test_check_record_verdicts():
-    decoder = ct.make_tf_decoder()
-    label = label_vector([(0, 1), (3, -1), (4, 0.7)])
-    result = ct.check_record(record(label=label, name='a/b.jpg'), CLASSES, decoder)
-    assert result.ok and result.reasons == [] and result.warnings == []
-    np.testing.assert_array_equal(result.label, label)
-    assert result.name == 'a/b.jpg'
-    assert result.positives == 2  # 1 and 0.7: float32 0.7 >= mask_thres 0.7, as in training
-    assert ct.check_record(record(label=label), CLASSES, decoder, mask_thres=0.9).positives == 1
-    for name, (image, width, height) in ODD_BUT_FINE.items():
-        result = ct.check_record(record(image, width=width, height=height), CLASSES, decoder)
-        assert result.ok and not result.warnings, (name, result)
-        assert decoder(image).shape == (height, width, 3)
-
-    result = ct.check_record(record(label=label_vector(class_num=11)), CLASSES, decoder)
-    assert not result.ok and result.label is None
-    assert result.reasons == ['label length: 11 values, expected class_num=7']
-    result = ct.check_record(raw_label_record(b'\0' * 30), CLASSES, decoder)
-    assert result.reasons[0].startswith('label length: 30 bytes, not a multiple of 4')
-    result = ct.check_record(record(label=label_vector([(2, 2.0), (5, np.nan)])), CLASSES)
-    assert sorted(r.split(':')[0] for r in result.reasons) == [ct.LABEL_VALUES] * 2
-    assert 'class 2 = 2.0' in ' '.join(result.reasons)
-
-    # a decoder that raises anything at all is a reason, not a crash
-    def exploding(data):
-        raise MemoryError('no')
-    result = ct.check_record(record(), CLASSES, exploding)
-    assert result.reasons == ['undecodable image: MemoryError: no']
-    # wrong type or count of an optional feature breaks training's parse: bad
-    example = tf.train.Example.FromString(record())
-    example.features.feature['width'].float_list.value.append(3.0)
-    result = ct.check_record(example.SerializeToString(), CLASSES, decoder)
-    assert result.reasons == ["bad feature: 'width' is a float_list, training reads a "
-                              "int64_list"]
-    example = tf.train.Example.FromString(record())
-    example.features.feature['image'].bytes_list.value.append(JPEG)
-    result = ct.check_record(example.SerializeToString(), CLASSES, decoder)
-    assert result.reasons == ["bad feature: 'image' has 2 values, training reads exactly 1"]
-
 
 def test_clean_dataset(clean, capsys):
     paths = ct.resolve_inputs([clean['data']])
@@ -299,9 +194,9 @@ def test_every_kind_of_damage_is_found(broken, capsys):
 
     empty = by_name['empty.tfrecords']
     assert empty['records'] == 0 and not empty['bad'] and not empty['corrupt']
-    assert [w['warning'].split(':')[0] for w in empty['warnings']] == [ct.EMPTY_SHARD]
+    assert [w['warning'].split(':')[0] for w in empty['warnings']] == [rc.EMPTY_SHARD]
     kinds = by_name['warnings.tfrecords']['warning_kinds']
-    assert kinds == {ct.MISSING_OPTIONAL: 3, ct.SIZE_MISMATCH: 1, ct.LABEL_NEGATIVE: 1}
+    assert kinds == {rc.MISSING_OPTIONAL: 3, rc.SIZE_MISMATCH: 1, rc.LABEL_NEGATIVE: 1}
     assert not by_name['warnings.tfrecords']['bad']
 
     totals = summary['totals']
@@ -383,7 +278,7 @@ def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
     # TensorFlow; no TensorFlow is loaded in them, so the test stays fast.
     (tmp_path / 'dying_worker.py').write_text(
         'import os, signal\n'
-        'from tools import check_tfrecords\n'
+        'from tools import check_tfrecords, shard_checks\n'
         'def main(*args):\n'
         '    def check(path, class_num, mask_thres, decoder, on_progress, on_record):\n'
         '        on_record(0)\n'
@@ -391,7 +286,7 @@ def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
         '        on_record(2)\n'
         '        os.write(2, b"F image_op.cc:42] Check failed: oops\\n")\n'
         '        os.kill(os.getpid(), signal.SIGKILL)\n'
-        '    check_tfrecords._check_file = check\n'
+        '    shard_checks.check_file = check\n'
         '    check_tfrecords._worker_main(*args)\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     import dying_worker
@@ -406,116 +301,3 @@ def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
         assert entry['reason'].endswith(
             'its last output: F image_op.cc:42] Check failed: oops')
     assert not summary['ok'] and summary['totals']['bad_records'] == 3
-
-
-# ------------------------------------------------------------------ property tests
-
-@pytest.fixture(scope='module')
-def parser_graph():
-    """records.parse_record on a string placeholder, built once, in its own Session."""
-    graph = tf.Graph()
-    with graph.as_default():
-        serialized = tf.placeholder(tf.string, [], name='serialized')
-        outputs = records.parse_record(serialized, False, 16, 3)
-    session = tf.Session(graph=graph)
-    yield serialized, outputs, session
-    session.close()
-
-
-@pytest.fixture(scope='module')
-def decoder():
-    return ct.make_tf_decoder()
-
-
-@pytest.fixture
-def watchdog():
-    # A hang must fail the run (with every thread's stack), not stall it.
-    faulthandler.dump_traceback_later(300, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-BASE_LABEL = label_vector([(0, 1), (2, -1)], class_num=3)
-BASE_RECORD = record(JPEG, BASE_LABEL)
-BASE_RECORDS = [BASE_RECORD, record(JPEG, BASE_LABEL, drop=['width', 'height', 'name'])]
-BASE_IMAGES = [JPEG, encode(6, 4, 'PNG'), encode(5, 5, 'GIF', 'P'), encode(4, 3, 'BMP'),
-               ODD_BUT_FINE['cmyk'][0]]
-
-
-def mangle(data, ops):
-    data = bytearray(data)
-    for op, where, value in ops:
-        position = where % (len(data) + 1)
-        if op == 'flip' and data:
-            data[position % len(data)] ^= value % 255 + 1
-        elif op == 'insert':
-            data[position:position] = bytes([value % 256]) * (1 + value % 4)
-        elif op == 'delete':
-            del data[position:position + 1 + value % 8]
-        elif op == 'truncate':
-            del data[position:]
-    return bytes(data)
-
-
-OPS = st.lists(st.tuples(st.sampled_from(['flip', 'insert', 'delete', 'truncate']),
-                         st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=6)
-MAGIC = st.sampled_from([b'', b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n', b'GIF89a', b'BM'])
-
-
-@st.composite
-def mangled_records(draw):
-    """A valid record's bytes mangled, or a record whose image or label bytes are."""
-    how = draw(st.sampled_from(['serialized', 'image', 'random_image', 'label']))
-    if how == 'serialized':
-        return mangle(draw(st.sampled_from(BASE_RECORDS)), draw(OPS))
-    image, label_bytes = JPEG, BASE_LABEL.tobytes()
-    if how == 'image':
-        image = mangle(draw(st.sampled_from(BASE_IMAGES)), draw(OPS))
-    elif how == 'random_image':
-        image = draw(MAGIC) + draw(st.binary(max_size=300))
-    else:
-        label_bytes = draw(st.one_of(
-            st.binary(max_size=24),
-            st.lists(st.floats(width=32), min_size=3, max_size=3).map(
-                lambda v: np.array(v, '<f4').tobytes())))
-    example = tf.train.Example.FromString(record(image, BASE_LABEL))
-    example.features.feature['label'].bytes_list.value[0] = label_bytes
-    return example.SerializeToString()
-
-
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(serialized=mangled_records())
-def test_mangled_records_get_a_verdict_and_a_clean_training_error(
-        serialized, decoder, parser_graph, watchdog):
-    result = ct.check_record(serialized, 3, decoder)
-    assert isinstance(result, ct.CheckResult)
-    assert result.ok == (not result.reasons)
-    if result.label is not None:
-        assert result.label.shape == (3,) and np.all(np.abs(result.label) <= 1)
-    placeholder, outputs, session = parser_graph
-    options = tf.RunOptions(timeout_in_ms=60000)
-    try:
-        image, label = session.run(outputs, {placeholder: serialized}, options=options)
-    except tf.errors.OpError:
-        trained = False
-    except UnicodeDecodeError:
-        # Known TensorFlow defect (see test_unparseable_record_error_is_not_an_op_error):
-        # only records that are not Examples at all get here.
-        assert result.reasons[0].startswith(ct.NOT_EXAMPLE), result
-        trained = False
-    else:
-        trained = True
-        assert image.shape == (16, 16, 3) and label.shape == (3,)
-        assert np.all(np.abs(image) <= 1.0)
-    if result.ok:  # what the checker passes, training reads
-        assert trained, result
-
-
-@pytest.mark.xfail(raises=UnicodeDecodeError, strict=True,
-                   reason='TF puts the raw record bytes into ParseExample\'s error message; '
-                          'Session.run then fails to decode that message as UTF-8')
-def test_unparseable_record_error_is_not_an_op_error(parser_graph):
-    placeholder, outputs, session = parser_graph
-    with pytest.raises(tf.errors.OpError):
-        session.run(outputs, {placeholder: b'\x0a\xff\xff'})

@@ -15,7 +15,7 @@ import distribute
 import file_db
 import input_pipeline
 import train  # noqa: F401 (graph mode, as train.py runs)
-from test_train import ENV, ROOT, run_train, scalar_tags
+from helpers import ENV, ROOT, run_train, scalar_tags
 
 
 def config(cluster, task_type, index):

@@ -12,7 +12,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-from test_train import run_train, scalar_tags, small_run_flags, write_dataset
+from helpers import run_train, scalar_tags, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from test_train import CLASSES, ENV, write_dataset
+from helpers import CLASSES, ENV, write_dataset
 from tools import launch_local_cluster as launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -7,64 +7,17 @@ import sys
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
-from hypothesis import given, settings, strategies as st
 from PIL import Image
 
+import input_pipeline
+import records as records_lib
+from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, run_session, \
+    write_images_and_list, write_lines as _write
 from tools import make_tfrecords as mt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join('tools', 'make_tfrecords.py')
 CLASS_NUM = 12
-
-# Image file -> (width, height), for the readable ones.
-GOOD = {
-    'rgb.jpg': (40, 30),
-    'gray.jpg': (24, 36),
-    'cmyk.jpg': (50, 20),
-    'alpha.png': (32, 28),
-    'sub/rgb2.jpeg': (20, 44),
-    'palette.gif': (26, 22),
-    'grey16.png': (30, 21),
-}
-BAD = {
-    'empty.jpg': 'empty file',
-    'text.jpg': 'not an image',
-    'trunc.jpg': 'cannot decode',
-    'missing.jpg': 'file not found',
-}
-
-
-def _noise(width, height, seed):
-    rng = np.random.RandomState(seed)
-    return (rng.rand(height, width, 3) * 255).astype(np.uint8)
-
-
-@pytest.fixture(scope='module')
-def images(tmp_path_factory):
-    root = tmp_path_factory.mktemp('images')
-    (root / 'sub').mkdir()
-    Image.fromarray(_noise(40, 30, 1)).save(root / 'rgb.jpg', quality=90)
-    Image.fromarray(_noise(24, 36, 2)[:, :, 0], 'L').save(root / 'gray.jpg')
-    Image.new('CMYK', (50, 20), (0, 255, 255, 0)).save(root / 'cmyk.jpg')
-    rgba = np.zeros((28, 32, 4), np.uint8)
-    rgba[:, :16] = (200, 100, 50, 0)     # fully transparent: must turn black
-    rgba[:, 16:] = (10, 200, 30, 255)    # opaque green stays
-    Image.fromarray(rgba, 'RGBA').save(root / 'alpha.png')
-    Image.fromarray(_noise(20, 44, 3)).save(root / 'sub' / 'rgb2.jpeg')
-    Image.fromarray(_noise(26, 22, 4)).convert('P').save(root / 'palette.gif')
-    grey16 = np.full((21, 30), 40000, np.uint16)
-    Image.fromarray(grey16).save(root / 'grey16.png')
-    (root / 'empty.jpg').write_bytes(b'')
-    (root / 'text.jpg').write_text('this is not a JPEG\n')
-    buf = io.BytesIO()
-    Image.fromarray(_noise(60, 60, 5)).save(buf, 'JPEG')
-    (root / 'trunc.jpg').write_bytes(buf.getvalue()[:len(buf.getvalue()) // 2])
-    return root
-
-
-def _write(path, lines):
-    path.write_text(''.join(line + '\n' for line in lines))
-    return path
 
 
 def _records(path):
@@ -85,104 +38,12 @@ def _features(example):
 
 
 def _expected(pairs):
-    label = np.zeros(CLASS_NUM, np.float32)
-    for index, value in pairs:
-        label[index] = value
-    return label
+    return label_array(pairs, CLASS_NUM)
 
 
 def _run_cli(*args):
     return subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
-
-
-# ------------------------------------------------------------------ list parsing
-
-def test_parse_list_line_labels():
-    path, label = mt.parse_list_line('n04310904/n04310904_8388.JPEG\t3:1 2 7:0.9\t11:-1\n',
-                                     CLASS_NUM)
-    assert path == 'n04310904/n04310904_8388.JPEG'
-    assert label.dtype == np.float32 and label.shape == (CLASS_NUM,)
-    np.testing.assert_array_equal(label, _expected([(3, 1), (2, 1), (7, 0.9), (11, -1)]))
-    only_path = mt.parse_list_line('a.jpg', CLASS_NUM)
-    assert only_path[0] == 'a.jpg' and not only_path[1].any()
-    assert mt.parse_list_line('   \t\r\n', CLASS_NUM) is None
-    # a repeated class with the same confidence is harmless
-    np.testing.assert_array_equal(mt.parse_list_line('a.jpg 4:0.5 4:.5', CLASS_NUM)[1],
-                                  _expected([(4, 0.5)]))
-
-
-@pytest.mark.parametrize('tokens, what', [
-    ('12:1', 'out of range'),
-    ('-1:1', 'negative class index'),
-    ('3:x', 'malformed'),
-    ('abc', 'malformed'),
-    ('3:', 'malformed'),
-    ('3:1:1', 'malformed'),
-    ('3:nan', 'malformed'),
-    ('3:1.5', 'outside [-1, 1]'),
-    ('3:-1.01', 'outside [-1, 1]'),
-    ('3:1 3:0.5', 'twice'),
-])
-def test_parse_list_line_errors(tokens, what):
-    with pytest.raises(mt.ListFormatError) as info:
-        mt.parse_list_line('img.jpg ' + tokens, CLASS_NUM, source='lists/a.txt', lineno=7)
-    assert isinstance(info.value, ValueError)
-    assert str(info.value).startswith('lists/a.txt:7: ')
-    assert what in str(info.value)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.integers(0, CLASS_NUM - 1),
-                       st.floats(-1, 1, allow_nan=False, width=32), max_size=CLASS_NUM),
-       st.sampled_from([' ', '\t', ' \t ']))
-def test_parse_list_line_round_trips(labels, sep):
-    line = sep.join(['dir/img.jpg'] + ['%d:%r' % (k, float(v)) for k, v in labels.items()])
-    path, label = mt.parse_list_line(line, CLASS_NUM)
-    assert path == 'dir/img.jpg'
-    np.testing.assert_array_equal(label, _expected(labels.items()))
-
-
-def test_read_list_numbers_lines_and_skips_blanks(tmp_path):
-    lst = _write(tmp_path / 'l.txt', ['a.jpg 1:0.5', '', 'b.jpg', '  ', 'c.jpg 2'])
-    rows = mt.read_list(str(lst), CLASS_NUM)
-    assert [(n, p) for n, p, _ in rows] == [(1, 'a.jpg'), (3, 'b.jpg'), (5, 'c.jpg')]
-    np.testing.assert_array_equal(rows[2][2], _expected([(2, 1)]))
-    _write(lst, ['a.jpg 1', 'b.jpg 99'])
-    with pytest.raises(mt.ListFormatError, match=r'l\.txt:2: class index 99'):
-        mt.read_list(str(lst), CLASS_NUM)
-
-
-# ---------------------------------------------------------------------- images
-
-def test_load_image_keeps_rgb_and_grey_jpeg_bytes(images):
-    for name in ('rgb.jpg', 'gray.jpg', 'sub/rgb2.jpeg'):
-        data, width, height = mt.load_image(str(images / name))
-        assert data == (images / name).read_bytes()
-        assert (width, height) == GOOD[name]
-
-
-def test_load_image_reencodes_other_images_as_rgb_jpeg(images):
-    for name in ('cmyk.jpg', 'alpha.png', 'palette.gif', 'grey16.png'):
-        data, width, height = mt.load_image(str(images / name), jpeg_quality=90)
-        img = Image.open(io.BytesIO(data))
-        assert (img.format, img.mode, img.size) == ('JPEG', 'RGB', GOOD[name])
-        assert (width, height) == GOOD[name]
-    pixels = lambda n: np.asarray(Image.open(io.BytesIO(mt.load_image(str(images / n))[0])),
-                                  np.float64)
-    np.testing.assert_allclose(pixels('cmyk.jpg')[10, 25], (255, 0, 0), atol=12)
-    alpha = pixels('alpha.png')
-    np.testing.assert_allclose(alpha[14, 4], (0, 0, 0), atol=12)       # transparent
-    np.testing.assert_allclose(alpha[14, 28], (10, 200, 30), atol=12)  # opaque
-    np.testing.assert_allclose(pixels('grey16.png')[10, 15], [40000 >> 8] * 3, atol=3)
-
-
-@pytest.mark.parametrize('name', sorted(BAD))
-def test_load_image_rejects_bad_files(images, name):
-    with pytest.raises(mt.BadImageError, match=BAD[name]):
-        mt.load_image(str(images / name))
-    with pytest.raises(mt.BadImageError, match='directory'):
-        mt.load_image(str(images / 'sub'))
 
 
 def test_make_example_features():
@@ -448,3 +309,27 @@ def test_cli_bad_arguments_exit_2(images, tmp_path, args, expected):
     assert result.stderr.count('\n') == 1, result.stderr
     assert expected in result.stderr
     assert not out.exists()
+
+
+SPARSE_CLASSES = 7
+
+
+def test_make_tfrecords_sparse_flag_and_mixed_layouts_train_side_by_side(tmp_path):
+    list_path, images = write_images_and_list(str(tmp_path))
+    data = str(tmp_path / 'data')
+    assert mt.main(['--out_dir', data, '--image_root', images, '--class_num',
+                                str(SPARSE_CLASSES), '--label_layout', 'sparse', '--quiet',
+                                '--workers', '1', list_path]) == 0
+    mt.build_records([list_path], images, data, class_num=SPARSE_CLASSES, workers=1,
+                                 progress=False, start_index=1)
+    files = [os.path.join(data, 'train', '%d.tfrecords' % k) for k in (0, 1)]
+    first = tf.train.Example.FromString(next(tf.io.tf_record_iterator(files[0])))
+    assert 'label/index' in first.features.feature and 'label' not in first.features.feature
+    assert records_lib.first_label_length(files[1]) == SPARSE_CLASSES
+    assert records_lib.first_label_length(files[0]) is None  # sparse: checked per record
+    with tf.Graph().as_default():
+        dataset = input_pipeline.input_fn(False, None, 12, SPARSE_CLASSES, 16, files=files)
+        images_out, labels = run_session(tf.data.make_one_shot_iterator(dataset).get_next())
+    assert images_out.shape == (12, 16, 16, 3)
+    np.testing.assert_array_equal(labels[:6], labels[6:])  # same lists, two layouts
+    np.testing.assert_array_equal(labels[0], np.float32([1, 0.8, 0, -1, 0, 0, 0]))

@@ -17,7 +17,7 @@ import image_preprocess
 import model_fn
 import serving
 import train  # noqa: F401 (graph mode, as train.py runs)
-from test_train import CLASSES, run_train, small_run_flags, write_dataset
+from helpers import CLASSES, run_train, small_run_flags, write_dataset
 from tools import extract_features
 from tools import predict as predict_tool
 

@@ -7,55 +7,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
-from PIL import Image
 
-from tools import make_tfrecords
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLASSES = 5
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
-
-
-def write_dataset(root, train_lists=2, per_list=6, class_num=CLASSES, seed=0):
-    """JPEGs and image lists; class 0 is positive in every image, so after n training
-    steps its pos_count is exactly n. Labels include soft values and -1."""
-    rng = np.random.default_rng(seed)
-    images = os.path.join(root, 'images')
-    os.makedirs(images, exist_ok=True)
-    lists = []
-    for k in range(train_lists + 1):
-        path = os.path.join(root, 'list_%d.txt' % k)
-        with open(path, 'w') as f:
-            for i in range(per_list):
-                name = 'im_%d_%d.jpg' % (k, i)
-                pixels = rng.integers(0, 255, size=(40 + i, 48, 3)).astype(np.uint8)
-                Image.fromarray(pixels).save(os.path.join(images, name), quality=90)
-                f.write('%s\t0:1 %d:0.8 3:-1%s\n' % (name, 1 + i % 2, ' 4' if i % 3 else ''))
-        lists.append(path)
-    data = os.path.join(root, 'data')
-    make_tfrecords.build_records(lists[:-1], images, data, split='train',
-                                 class_num=class_num, workers=1, progress=False)
-    make_tfrecords.build_records(lists[-1:], images, data, split='val',
-                                 class_num=class_num, workers=1, progress=False)
-    return data
-
-
-@pytest.fixture(scope='module')
-def dataset(tmp_path_factory):
-    return write_dataset(str(tmp_path_factory.mktemp('ds')))
-
-
-def run_train(*args, timeout=600):
-    return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
-
-
-def small_run_flags(data, model_dir, max_iter):
-    return ['--data_dir=' + data, '--model_dir=' + model_dir,
-            '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
-            '--resnet_size=50', '--image_size=32', '--batch_size=4',
-            '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=100',
-            '--shuffle_buffer=16', '--data_format=NHWC']
+import train
+from helpers import CLASSES, ROOT, run_train, scalar_tags, small_run_flags
 
 
 def checkpoint_values(model_dir):
@@ -64,14 +18,6 @@ def checkpoint_values(model_dir):
     return path, {name: reader.get_tensor(name)
                   for name in ('global_step', 'pos_count', 'neg_count',
                                'logits/dense/kernel/Momentum')}
-
-
-def scalar_tags(model_dir):
-    from tensorboard.backend.event_processing import event_accumulator
-    acc = event_accumulator.EventAccumulator(model_dir, size_guidance={'scalars': 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
-            for tag in acc.Tags()['scalars']}
 
 
 @pytest.mark.slow
@@ -209,3 +155,38 @@ def test_a_checkpoint_of_the_original_program_continues(dataset, tmp_path):
     assert 'Variable' in names and 'pos_count' not in names
     assert reader.get_tensor('global_step') == 4
     assert reader.get_tensor('Variable')[0] == 4  # streak continued from 2
+
+
+SYNTHETIC_CLASSES = 7
+
+
+@pytest.mark.slow
+def test_xla_and_synthetic_data_flags_train_with_train_py(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
+               TF_XLA_FLAGS='--tf_xla_cpu_global_jit')
+    model_dir = str(tmp_path / 'model')
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'train.py'), '--use_synthetic_data', '--xla',
+         '--data_dir=' + str(tmp_path / 'nowhere'), '--model_dir=' + model_dir,
+         '--log_dir=' + str(tmp_path / 'log'), '--class_num=%d' % SYNTHETIC_CLASSES,
+         '--resnet_size=18', '--image_size=32', '--batch_size=2', '--max_iter=2',
+         '--log_interval=1', '--augment_on=device'],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'XLA on' in result.stderr and 'synthetic data' in result.stderr
+    assert 'step 2: cross_entropy' in result.stderr
+    assert tf.train.latest_checkpoint(model_dir).endswith('model.ckpt-2')
+
+
+class Flags(dict):
+    __getattr__ = dict.__getitem__
+
+
+@pytest.mark.parametrize('name,value', [('augment_on', 'gpu'), ('dtype', 'fp64'),
+                                        ('private_threads', -1)])
+def test_bad_performance_flags_are_usage_errors(name, value):
+    flags = Flags(augment_on='auto', dtype='fp32', private_threads=0)
+    train.check_performance_flags(**flags)
+    flags[name] = value
+    with pytest.raises(train.UsageError, match='--' + name):
+        train.check_performance_flags(**flags)

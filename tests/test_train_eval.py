@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from test_train import CLASSES, run_train, small_run_flags, write_dataset
+from helpers import CLASSES, run_train, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import resnet
-from test_train import CLASSES, ENV, ROOT, run_train, scalar_tags, small_run_flags, \
+from helpers import CLASSES, ENV, ROOT, run_train, scalar_tags, small_run_flags, \
     write_dataset
 
 

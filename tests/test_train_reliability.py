@@ -14,7 +14,7 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 from tools import make_tfrecords
-from test_train import CLASSES, ENV, ROOT, run_train, small_run_flags, write_dataset
+from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ def test_corrupt_image_stops_with_a_message_by_default(tmp_path):
 
 
 def test_skip_bad_records_counts_them(tmp_path):
-    from test_train import scalar_tags
+    from helpers import scalar_tags
     data = corrupt_dataset(tmp_path)
     model_dir = str(tmp_path / 'model')
     result = run_train(*small_run_flags(data, model_dir, 12), '--skip_bad_records')

@@ -312,7 +312,7 @@ def ratio_column(measured, reference):
 
 
 def cpu_description():
-    from tools import progress
+    from tools import common
     name = ''
     try:
         with open('/proc/cpuinfo') as f:
@@ -324,7 +324,7 @@ def cpu_description():
         pass
     load = os.getloadavg() if hasattr(os, 'getloadavg') else (float('nan'),) * 3
     return '%d usable cores (%d online)%s, load average %.1f' % (
-        progress.default_workers(), os.cpu_count() or 0, ', ' + name if name else '',
+        common.default_workers(), os.cpu_count() or 0, ', ' + name if name else '',
         load[0])
 
 

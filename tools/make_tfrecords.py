@@ -1,25 +1,14 @@
 #!/usr/bin/env python
 """Turn image lists into TFRecord shards for the multi-label trainer.
 
-An image list has one image per line, fields separated by whitespace (tabs in the
-published ML-Images lists):
+An image list has one image per line (image_lists.py has the grammar):
 
     <path relative to --image_root> [<class>:<confidence> | <class>] ...
 
-`<class>` is a 0-based class index and a bare `<class>` means confidence 1.0.
-Confidences lie in [-1, 1]: -1 = ignore this class for this image, 0 = not annotated,
-(0, 1] = confidence. Blank lines are skipped; a line with only a path is an image
-without labels (all-zero label). The same class may appear twice on a line only with
-the same confidence.
-
 Every image becomes one `tf.train.Example` with exactly these features:
 
-    image   bytes   the encoded JPEG. JPEG files in RGB or L (grayscale) mode are stored
-                    byte for byte; anything else (PNG, GIF, BMP, WebP, MPO, CMYK/YCCK
-                    JPEG, ...) is decoded with Pillow (first frame only), converted to
-                    RGB and re-encoded as JPEG with --jpeg_quality. Transparency is
-                    flattened onto black; CMYK uses Pillow's plain (profile-free)
-                    conversion; 16-bit grey keeps its top 8 bits.
+    image   bytes   the encoded JPEG: RGB or grey JPEG files byte for byte, anything else
+                    converted to RGB and re-encoded with --jpeg_quality (images.py)
     label   bytes   little-endian float32 array of length --class_num (np '<f4' bytes)
     width   int64   width of the decoded image (Pillow's size, EXIF orientation ignored)
     height  int64   height of the decoded image
@@ -38,61 +27,34 @@ Shards are written to `<out_dir>/<split>/<N>.tfrecords`, either one per list fil
 (list k -> shard start_index + k, as the original ML-Images tfrecord.py did), or, with
 --num_shards K and a single list, with the lines dealt round-robin into K shards.
 Images that are missing or that Pillow cannot decode are skipped and listed in a report
-file. Every list is validated completely before anything is written.
+file. Every list is validated completely before anything is written. A shard is written
+under a temporary name and renamed when complete; a rerun skips finished shards
+(shards.py).
 
 Run from the repository root:
 
     python tools/make_tfrecords.py -idx image_lists/ -tfs data/ -im images/ -cls 11166
 """
 import argparse
-import io
-import multiprocessing
 import numbers
 import os
-import queue as queue_module
-import re
-import signal
 import sys
 import time
-
-import numpy as np
-from PIL import Image
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script: python tools/make_tfrecords.py
     sys.path.insert(0, _ROOT)
 
+from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
+from tools import shards  # noqa: E402
+from tools.image_lists import (InputError, MakeRecordsError, dense_label,  # noqa: E402
+                               resolve_lists, scan_list)
+from tools.images import BadImageError, load_image  # noqa: E402
 
 PROG = 'make_tfrecords.py'
 SPLITS = ('train', 'val')
 LABEL_LAYOUTS = ('dense', 'sparse')  # records.LABEL_LAYOUTS, named here without TensorFlow
-SHARD_SUFFIX = '.tfrecords'
-TMP_MARKER = '.tmp-'
-
-# Strict token grammar: int() and float() alone would also accept '1_0', 'nan', 'inf'.
-_INDEX_RE = re.compile(r'[+-]?\d+\Z')
-_CONF_RE = re.compile(r'[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z')
-
-_tf_module = None
-
-
-class MakeRecordsError(Exception):
-    """Bad input to build_records(); the CLI prints it as one line and exits 2."""
-
-
-class InputError(MakeRecordsError, ValueError):
-    """A bad argument: no list, a missing list file, class_num <= 0, ..."""
-
-
-class ListFormatError(MakeRecordsError, ValueError):
-    """A bad line in an image list; str() is '<source>:<lineno>: <what is wrong>'."""
-
-    def __init__(self, source, lineno, what):
-        super().__init__('%s:%d: %s' % (source, lineno, what))
-        self.source = source
-        self.lineno = lineno
-        self.what = what
 
 
 class AllImagesSkippedError(MakeRecordsError):
@@ -106,283 +68,56 @@ class AllImagesSkippedError(MakeRecordsError):
         self.summary = summary
 
 
-class BadImageError(ValueError):
-    """An image file that is missing or cannot be decoded; str() is the reason."""
-
-
-def _tf():
-    """tensorflow.compat.v1, imported on first use so list validation stays fast."""
-    global _tf_module
-    if _tf_module is None:
-        import tensorflow.compat.v1 as tf
-        _tf_module = tf
-    return _tf_module
-
-
-# ---------------------------------------------------------------------------- lists
-
-def _parse_sparse(line, class_num, source, lineno):
-    """(path, {class: confidence}) for one list line, or None for a blank line."""
-    fields = line.split()
-    if not fields:
-        return None
-    labels = {}
-    for token in fields[1:]:
-        index_text, sep, conf_text = token.partition(':')
-        if not _INDEX_RE.match(index_text) or (sep and not _CONF_RE.match(conf_text)):
-            raise ListFormatError(
-                source, lineno, 'malformed label %r (expected <class> or '
-                '<class>:<confidence>)' % token)
-        index = int(index_text)
-        if index < 0:
-            raise ListFormatError(source, lineno, 'negative class index %d in %r'
-                                  % (index, token))
-        if index >= class_num:
-            raise ListFormatError(source, lineno, 'class index %d out of range '
-                                  '(class_num is %d)' % (index, class_num))
-        confidence = float(conf_text) if sep else 1.0
-        if not -1.0 <= confidence <= 1.0:
-            raise ListFormatError(source, lineno, 'confidence %s of class %d outside '
-                                  '[-1, 1]' % (conf_text, index))
-        # Compare as float32, the precision the record keeps.
-        if index in labels and np.float32(labels[index]) != np.float32(confidence):
-            raise ListFormatError(source, lineno, 'class %d given twice with different '
-                                  'confidences (%g and %g)'
-                                  % (index, labels[index], confidence))
-        labels[index] = confidence
-    return fields[0], labels
-
-
-def _dense(labels, class_num):
-    label = np.zeros(class_num, dtype='<f4')
-    for index, confidence in labels.items():
-        label[index] = confidence
-    return label
-
-
-def parse_list_line(line, class_num, source='<list>', lineno=0):
-    """Parse one image-list line.
-
-    Returns (path, label) where label is a float32 ndarray of length class_num, or None
-    for a blank line. Raises ListFormatError ("<source>:<lineno>: <what>") for a
-    malformed token, a class index outside [0, class_num), a confidence outside [-1, 1]
-    or a class repeated with a different confidence.
-    """
-    parsed = _parse_sparse(line, class_num, source, lineno)
-    if parsed is None:
-        return None
-    path, labels = parsed
-    return path, _dense(labels, class_num)
-
-
-def _scan_list(path, class_num):
-    """Yield (lineno, image path, {class: confidence}) for every image line of a list.
-
-    Labels stay sparse here: a dense 11166-class label per line of a large list would
-    not fit in memory.
-    """
-    with open(path, 'rb') as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode('utf-8')
-            except UnicodeDecodeError:
-                raise ListFormatError(path, lineno, 'line is not valid UTF-8') from None
-            if lineno == 1:
-                line = line.lstrip('\ufeff')  # editors on Windows add a BOM
-            parsed = _parse_sparse(line, class_num, path, lineno)
-            if parsed is not None:
-                yield (lineno,) + parsed
-
-
-def read_list(path, class_num):
-    """Read and validate a whole image list.
-
-    Returns a list of (lineno, image path, float32 label ndarray); blank lines are
-    left out. Raises ListFormatError at the first bad line. Labels are dense, so this is
-    meant for lists of moderate size (build_records itself streams).
-    """
-    return [(lineno, image, _dense(labels, class_num))
-            for lineno, image, labels in _scan_list(path, class_num)]
-
-
-def find_lists(list_dir):
-    """The image lists in a directory: its regular files, sorted by name.
-
-    Hidden files (names starting with '.') are left out so editor or OS droppings do
-    not become shards. Plain string order: '10.txt' sorts before '2.txt'.
-    """
-    names = sorted(n for n in os.listdir(list_dir) if not n.startswith('.'))
-    return [os.path.join(list_dir, n) for n in names
-            if os.path.isfile(os.path.join(list_dir, n))]
-
-
-# --------------------------------------------------------------------------- images
-
-def _describe(exc):
-    text = str(exc) or type(exc).__name__
-    return ' '.join(text.split())  # the report has one line per image
-
-
-def _to_rgb(img):
-    """An RGB copy of a decoded Pillow image; transparency is flattened onto black."""
-    mode = img.mode
-    if mode == 'RGB':
-        return img
-    if mode.startswith('I;16'):
-        grey = (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
-        return Image.fromarray(grey, 'L').convert('RGB')
-    if mode in ('I', 'F'):
-        values = np.asarray(img, dtype=np.float64)
-        peak = values.max() if values.size else 0
-        if peak > 255:  # wider than 8 bits (16-bit PNG/TIFF): rescale, don't clip to white
-            values = values * (255.0 / (65535.0 if peak <= 65535 else peak))
-        grey = np.clip(np.rint(values), 0, 255).astype(np.uint8)
-        return Image.fromarray(grey, 'L').convert('RGB')
-    has_alpha = (mode in ('RGBA', 'RGBa', 'LA', 'La', 'PA')
-                 or (mode == 'P' and 'transparency' in img.info))
-    if has_alpha:
-        rgba = img.convert('RGBA')
-        flat = Image.new('RGB', img.size, (0, 0, 0))
-        flat.paste(rgba, mask=rgba.getchannel('A'))
-        return flat
-    return img.convert('RGB')
-
-
-def load_image(path, jpeg_quality=95):
-    """Read one image file and return (jpeg_bytes, width, height).
-
-    An RGB or greyscale JPEG is returned byte for byte; any other image is converted to
-    RGB (see the module docstring) and re-encoded as JPEG at `jpeg_quality`. The file
-    is always fully decoded, so truncated files are caught here rather than in
-    training. Raises BadImageError(reason) for a missing, empty, unreadable or
-    undecodable file.
-    """
-    try:
-        with open(path, 'rb') as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise BadImageError('file not found') from None
-    except IsADirectoryError:
-        raise BadImageError('is a directory, not an image file') from None
-    except OSError as exc:
-        raise BadImageError('cannot read file: %s' % _describe(exc)) from None
-    if not data:
-        raise BadImageError('empty file (0 bytes)')
-    try:
-        img = Image.open(io.BytesIO(data))
-        img.load()
-    except Image.UnidentifiedImageError:
-        raise BadImageError('not an image Pillow can identify') from None
-    except Image.DecompressionBombError as exc:
-        raise BadImageError('too many pixels: %s' % _describe(exc)) from None
-    except Exception as exc:  # Pillow raises many types (OSError, SyntaxError, ...)
-        raise BadImageError('cannot decode image: %s' % _describe(exc)) from None
-    width, height = img.size
-    if img.format == 'JPEG' and img.mode in ('RGB', 'L'):
-        return data, width, height
-    try:
-        rgb = _to_rgb(img)
-        out = io.BytesIO()
-        rgb.save(out, format='JPEG', quality=jpeg_quality)
-    except Exception as exc:
-        raise BadImageError('cannot convert %s image in mode %s to RGB JPEG: %s'
-                            % (img.format, img.mode, _describe(exc))) from None
-    return out.getvalue(), width, height
-
 
 def make_example(jpeg_bytes, label, width, height, name, label_layout='dense'):
     """records.make_example: the tf.train.Example of one image."""
-    return _records().make_example(jpeg_bytes, label, width, height, name, label_layout)
+    import records  # imports TensorFlow: on first use
+    return records.make_example(jpeg_bytes, label, width, height, name, label_layout)
 
 
 def make_sparse_example(jpeg_bytes, index, value, width, height, name):
     """records.make_sparse_example: the label as label/index + label/value."""
-    return _records().make_sparse_example(jpeg_bytes, index, value, width, height, name)
-
-
-def _records():
-    """records.py, the record format (imports TensorFlow: on first use)."""
-    _tf()
     import records
-    return records
+    return records.make_sparse_example(jpeg_bytes, index, value, width, height, name)
 
-
-# --------------------------------------------------------------------------- shards
 
 def _write_shard(task, on_progress=None):
-    """Write one shard from a validated list; returns a result dict.
-
-    The shard goes to a temporary name and is renamed only when complete, so a killed
-    run never leaves a truncated N.tfrecords. A shard without any readable image is not
-    written at all: a rerun after fixing the images then retries it instead of skipping
-    an empty file.
-    """
-    tmp_path = '%s%s%d' % (task['path'], TMP_MARKER, os.getpid())
+    """Write one shard from a validated list (shards.ShardWriter); returns a result dict."""
     skipped = []
-    written = 0
     pending_done = pending_skipped = 0
     last_report = time.monotonic()
-    writer = _tf().io.TFRecordWriter(tmp_path)
-    try:
-        try:
-            position = -1
-            for lineno, image, labels in _scan_list(task['list'], task['class_num']):
-                position += 1
-                if position % task['stride'] != task['offset']:
-                    continue
-                try:
-                    data, width, height = load_image(
-                        os.path.join(task['image_root'], image), task['jpeg_quality'])
-                except BadImageError as exc:
-                    skipped.append((task['list'], lineno, image, str(exc)))
-                    pending_skipped += 1
+    with shards.ShardWriter(task['path']) as writer:
+        position = -1
+        for lineno, image, labels in scan_list(task['list'], task['class_num']):
+            position += 1
+            if position % task['stride'] != task['offset']:
+                continue
+            try:
+                data, width, height = load_image(
+                    os.path.join(task['image_root'], image), task['jpeg_quality'])
+            except BadImageError as exc:
+                skipped.append((task['list'], lineno, image, str(exc)))
+                pending_skipped += 1
+            else:
+                if task.get('label_layout') == 'sparse':
+                    classes = sorted(labels)
+                    example = make_sparse_example(data, classes,
+                                                  [labels[c] for c in classes],
+                                                  width, height, image)
                 else:
-                    if task.get('label_layout') == 'sparse':
-                        classes = sorted(labels)
-                        example = make_sparse_example(data, classes,
-                                                      [labels[c] for c in classes],
-                                                      width, height, image)
-                    else:
-                        example = make_example(data, _dense(labels, task['class_num']),
-                                               width, height, image)
-                    writer.write(example.SerializeToString())
-                    written += 1
-                pending_done += 1
-                now = time.monotonic()
-                if on_progress is not None and now - last_report >= _progress.PROGRESS_INTERVAL:
-                    on_progress(pending_done, pending_skipped)
-                    pending_done = pending_skipped = 0
-                    last_report = now
-        finally:
-            writer.close()
-        if written:
-            os.replace(tmp_path, task['path'])
-        else:
-            os.remove(tmp_path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
+                    example = make_example(data, dense_label(labels, task['class_num']),
+                                           width, height, image)
+                writer.write(example.SerializeToString())
+            pending_done += 1
+            now = time.monotonic()
+            if on_progress is not None and now - last_report >= _progress.PROGRESS_INTERVAL:
+                on_progress(pending_done, pending_skipped)
+                pending_done = pending_skipped = 0
+                last_report = now
     if on_progress is not None and (pending_done or pending_skipped):
         on_progress(pending_done, pending_skipped)
-    return {'index': task['index'], 'path': task['path'], 'written': written,
+    return {'index': task['index'], 'path': task['path'], 'written': writer.count,
             'skipped': skipped}
-
-
-_worker_queue = None
-
-
-def _init_worker(progress_queue):
-    global _worker_queue
-    _worker_queue = progress_queue
-    # The parent handles Ctrl-C and terminates the pool; workers dying on their own
-    # would only add tracebacks.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-
-
-def _pool_write_shard(task):
-    return _write_shard(task, lambda done, skipped: _worker_queue.put((done, skipped)))
 
 
 class _Progress(_progress.ProgressLine):
@@ -407,46 +142,6 @@ class _Progress(_progress.ProgressLine):
         return '%d/%d images, %d skipped, %.1f images/s' % (
             self.done, self.total, self.skipped, self.rate(self.done))
 
-
-def _resolve_lists(lists):
-    if lists is None:
-        lists = []
-    elif isinstance(lists, (str, bytes, os.PathLike)):
-        lists = [lists]
-    resolved = []
-    for item in lists:
-        item = os.fspath(item)
-        if os.path.isdir(item):
-            found = find_lists(item)
-            if not found:
-                raise InputError('no list files in directory %s' % item)
-            resolved.extend(found)
-        elif os.path.isfile(item):
-            resolved.append(item)
-        elif os.path.exists(item):
-            raise InputError('list is not a regular file: %s' % item)
-        else:
-            raise InputError('no such list file: %s' % item)
-    return resolved
-
-
-def _remove_stale_tmp(split_dir, shard_name):
-    prefix = shard_name + TMP_MARKER
-    for name in os.listdir(split_dir):
-        if name.startswith(prefix):
-            os.remove(os.path.join(split_dir, name))
-
-
-def _write_report(report_path, skipped, summary_line):
-    directory = os.path.dirname(report_path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    tmp_path = '%s%s%d' % (report_path, TMP_MARKER, os.getpid())
-    with open(tmp_path, 'w', encoding='utf-8') as f:
-        for source, lineno, image, reason in skipped:
-            f.write('%s:%d\t%s\t%s\n' % (source, lineno, image, reason))
-        f.write(summary_line + '\n')
-    os.replace(tmp_path, report_path)
 
 
 def build_records(lists, image_root, out_dir, split='train', class_num=None,
@@ -495,7 +190,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
                          % ('/'.join(LABEL_LAYOUTS), label_layout))
     if not 1 <= jpeg_quality <= 100:
         raise InputError('jpeg_quality must be in [1, 100], got %d' % jpeg_quality)
-    list_files = _resolve_lists(lists)
+    list_files = resolve_lists(lists)
     if not list_files:
         raise InputError('no image list given (pass list files or a list directory)')
     if num_shards is not None and len(list_files) != 1:
@@ -507,7 +202,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
 
     # Validate everything first: a bad line in the last list must not cost a
     # half-written output tree.
-    counts = [sum(1 for _ in _scan_list(path, class_num)) for path in list_files]
+    counts = [sum(1 for _ in scan_list(path, class_num)) for path in list_files]
     if sum(counts) == 0:
         raise InputError('no images listed in %s' % ', '.join(list_files))
 
@@ -531,28 +226,19 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
             sys.stderr.flush()
 
     os.makedirs(split_dir, exist_ok=True)
-    tasks, shards_skipped = [], []
-    for k, (path, stride, offset, count) in enumerate(plan):
-        index = start_index + k
-        name = '%d%s' % (index, SHARD_SUFFIX)
-        _remove_stale_tmp(split_dir, name)
-        shard_path = os.path.join(split_dir, name)
-        if os.path.exists(shard_path) and not overwrite:
-            note('skipping existing shard %s' % name)
-            shards_skipped.append(shard_path)
-            continue
-        tasks.append({'index': index, 'path': shard_path, 'list': path,
-                      'stride': stride, 'offset': offset, 'count': count,
-                      'class_num': class_num, 'image_root': image_root,
-                      'jpeg_quality': jpeg_quality, 'label_layout': label_layout})
+    paths = [shards.shard_path(split_dir, start_index + k) for k in range(len(plan))]
+    to_write, shards_skipped = shards.shards_to_write(paths, overwrite, note)
+    tasks = [{'index': start_index + k, 'path': shard_path, 'list': path,
+              'stride': stride, 'offset': offset, 'count': count,
+              'class_num': class_num, 'image_root': image_root,
+              'jpeg_quality': jpeg_quality, 'label_layout': label_layout}
+             for k, (shard_path, (path, stride, offset, count))
+             in enumerate(zip(paths, plan)) if shard_path in set(to_write)]
 
     start = time.monotonic()
     meter = _Progress(sum(t['count'] for t in tasks), progress and bool(tasks))
-    workers = min(workers or _progress.default_workers(), len(tasks))
-    if workers <= 1:
-        results = [_write_shard(task, meter.add) for task in tasks]
-    else:
-        results = _run_pool(tasks, workers, meter)
+    workers = min(workers or common.default_workers(), len(tasks))
+    results = common.run_tasks(_write_shard, tasks, workers, meter.add)
     results.sort(key=lambda r: r['index'])
 
     images_written = sum(r['written'] for r in results)
@@ -577,10 +263,12 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
         'report_path': report_path,
         'seconds': time.monotonic() - start,
     }
-    _write_report(report_path, skipped, '# %d shards written, %d existing shards skipped, '
-                  '%d empty shards not written, %d images written, %d images skipped'
-                  % (len(summary['shards_written']), len(shards_skipped),
-                     len(shards_empty), images_written, len(skipped)))
+    shards.write_text_atomically(report_path, [
+        '%s:%d\t%s\t%s' % entry for entry in skipped] + [
+        '# %d shards written, %d existing shards skipped, %d empty shards not written, '
+        '%d images written, %d images skipped'
+        % (len(summary['shards_written']), len(shards_skipped), len(shards_empty),
+           images_written, len(skipped))])
     if skipped and not images_written:
         raise AllImagesSkippedError(
             'all %d images were skipped (none could be read); see %s'
@@ -588,50 +276,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     return summary
 
 
-def _run_pool(tasks, workers, meter):
-    # 'spawn', not 'fork': forking a process that has imported TensorFlow is unsafe.
-    ctx = multiprocessing.get_context('spawn')
-    progress_queue = ctx.Queue()
-    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(progress_queue,))
-
-    def drain(timeout):
-        try:
-            meter.add(*progress_queue.get(timeout=timeout))
-            while True:
-                meter.add(*progress_queue.get_nowait())
-        except queue_module.Empty:
-            pass
-
-    try:
-        pending = [pool.apply_async(_pool_write_shard, (task,)) for task in tasks]
-        results = []
-        while pending:
-            drain(_progress.PROGRESS_INTERVAL / 2)
-            still_running = []
-            for async_result in pending:
-                if async_result.ready():
-                    results.append(async_result.get())  # re-raises a worker's error
-                else:
-                    still_running.append(async_result)
-            pending = still_running
-        drain(0)  # workers must not block on a full pipe while being joined
-        pool.close()
-        pool.join()
-    except BaseException:
-        pool.terminate()
-        pool.join()
-        raise
-    finally:
-        progress_queue.close()
-    return results
-
-
 # ---------------------------------------------------------------------------- CLI
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, '%s: error: %s (see --help)\n' % (self.prog, message))
-
 
 def _one_hot_flag(value):
     if value.strip().lower() in ('true', '1', 'yes', 'y'):
@@ -642,8 +287,8 @@ def _one_hot_flag(value):
 
 def build_parser():
     """The argparse parser of the command line."""
-    parser = _OneLineParser(
-        prog=PROG, allow_abbrev=False,
+    parser = common.OneLineParser(
+        prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Write image lists ("<path> <class>:<confidence> ...") to TFRecord '
                     'shards <out_dir>/<split>/<N>.tfrecords with the features image '
                     '(JPEG bytes), label (float32 bytes), width, height and name. '
@@ -679,7 +324,7 @@ def build_parser():
     parser.add_argument('--workers', type=int, default=None, metavar='N',
                         help='parallel worker processes, one shard each at a time '
                              '(default: the number of CPUs, %d here)'
-                             % _progress.default_workers())
+                             % common.default_workers())
     parser.add_argument('--report', metavar='FILE',
                         help='where to list the skipped images '
                              '(default: <out_dir>/<split>_report.txt)')

@@ -1,17 +1,8 @@
-"""What the tools share: a progress line on stderr and the default worker count."""
-import os
+"""A progress line on stderr, redrawn in place (the record tools and benchmark)."""
 import sys
 import time
 
 PROGRESS_INTERVAL = 0.2  # seconds: at most 5 redraws a second
-
-
-def default_workers():
-    """Usable CPUs (honours CPU pinning in containers)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 class ProgressLine(object):

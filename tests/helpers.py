@@ -1,0 +1,223 @@
+"""What several test files share: the repository's paths, a small real dataset made with
+make_tfrecords, train.py run as a user runs it, TensorBoard scalars, and image files of
+every kind the record tools meet. Plain functions; conftest.py makes fixtures of them."""
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+from PIL import Image
+
+from tools import make_tfrecords
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLASSES = 5
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+
+
+def write_dataset(root, train_lists=2, per_list=6, class_num=CLASSES, seed=0):
+    """JPEGs and image lists; class 0 is positive in every image, so after n training
+    steps its pos_count is exactly n. Labels include soft values and -1."""
+    rng = np.random.default_rng(seed)
+    images = os.path.join(root, 'images')
+    os.makedirs(images, exist_ok=True)
+    lists = []
+    for k in range(train_lists + 1):
+        path = os.path.join(root, 'list_%d.txt' % k)
+        with open(path, 'w') as f:
+            for i in range(per_list):
+                name = 'im_%d_%d.jpg' % (k, i)
+                pixels = rng.integers(0, 255, size=(40 + i, 48, 3)).astype(np.uint8)
+                Image.fromarray(pixels).save(os.path.join(images, name), quality=90)
+                f.write('%s\t0:1 %d:0.8 3:-1%s\n' % (name, 1 + i % 2, ' 4' if i % 3 else ''))
+        lists.append(path)
+    data = os.path.join(root, 'data')
+    make_tfrecords.build_records(lists[:-1], images, data, split='train',
+                                 class_num=class_num, workers=1, progress=False)
+    make_tfrecords.build_records(lists[-1:], images, data, split='val',
+                                 class_num=class_num, workers=1, progress=False)
+    return data
+
+
+def run_train(*args, timeout=600):
+    return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def small_run_flags(data, model_dir, max_iter):
+    return ['--data_dir=' + data, '--model_dir=' + model_dir,
+            '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
+            '--resnet_size=50', '--image_size=32', '--batch_size=4',
+            '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=100',
+            '--shuffle_buffer=16', '--data_format=NHWC']
+
+
+def scalar_tags(model_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+    acc = event_accumulator.EventAccumulator(model_dir, size_guidance={'scalars': 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
+            for tag in acc.Tags()['scalars']}
+
+
+def write_lines(path, lines):
+    """Text lines to a pathlib.Path; returns it."""
+    path.write_text(''.join(line + '\n' for line in lines))
+    return path
+
+
+def label_array(pairs, class_num):
+    """A float32 label of class_num entries with label[index] = value for (index, value)."""
+    label = np.zeros(class_num, np.float32)
+    for index, value in pairs:
+        label[index] = value
+    return label
+
+
+# Image file -> (width, height), for the readable ones.
+GOOD_IMAGES = {
+    'rgb.jpg': (40, 30),
+    'gray.jpg': (24, 36),
+    'cmyk.jpg': (50, 20),
+    'alpha.png': (32, 28),
+    'sub/rgb2.jpeg': (20, 44),
+    'palette.gif': (26, 22),
+    'grey16.png': (30, 21),
+}
+BAD_IMAGES = {
+    'empty.jpg': 'empty file',
+    'text.jpg': 'not an image',
+    'trunc.jpg': 'cannot decode',
+    'missing.jpg': 'file not found',
+}
+
+
+def noise(width, height, seed):
+    rng = np.random.RandomState(seed)
+    return (rng.rand(height, width, 3) * 255).astype(np.uint8)
+
+
+def make_image_files(root):
+    """GOOD_IMAGES and BAD_IMAGES (but missing.jpg) as files under root (a pathlib.Path)."""
+    (root / 'sub').mkdir()
+    Image.fromarray(noise(40, 30, 1)).save(root / 'rgb.jpg', quality=90)
+    Image.fromarray(noise(24, 36, 2)[:, :, 0], 'L').save(root / 'gray.jpg')
+    Image.new('CMYK', (50, 20), (0, 255, 255, 0)).save(root / 'cmyk.jpg')
+    rgba = np.zeros((28, 32, 4), np.uint8)
+    rgba[:, :16] = (200, 100, 50, 0)     # fully transparent: must turn black
+    rgba[:, 16:] = (10, 200, 30, 255)    # opaque green stays
+    Image.fromarray(rgba, 'RGBA').save(root / 'alpha.png')
+    Image.fromarray(noise(20, 44, 3)).save(root / 'sub' / 'rgb2.jpeg')
+    Image.fromarray(noise(26, 22, 4)).convert('P').save(root / 'palette.gif')
+    grey16 = np.full((21, 30), 40000, np.uint16)
+    Image.fromarray(grey16).save(root / 'grey16.png')
+    (root / 'empty.jpg').write_bytes(b'')
+    (root / 'text.jpg').write_text('this is not a JPEG\n')
+    buf = io.BytesIO()
+    Image.fromarray(noise(60, 60, 5)).save(buf, 'JPEG')
+    (root / 'trunc.jpg').write_bytes(buf.getvalue()[:len(buf.getvalue()) // 2])
+    return root
+
+
+def encode_pixels(pixels, fmt='JPEG', mode=None, **kw):
+    buf = io.BytesIO()
+    Image.fromarray(pixels, mode).save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def smooth_pixels(height, width, seed=0):
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([x * 255.0 / width, y * 255.0 / height, (x + y) * 127.0 / (width + height)],
+                    -1)
+    return np.clip(base + rng.normal(0, 3, base.shape), 0, 255).astype(np.uint8)
+
+
+def run_session(fetches, feed=None, seed=None):
+    with tf.Session() as sess:
+        return sess.run(fetches, feed)
+
+
+def write_images_and_list(root, count=6, seed=0):
+    images = os.path.join(root, 'images')
+    os.makedirs(images, exist_ok=True)
+    path = os.path.join(root, 'list.txt')
+    with open(path, 'w') as f:
+        for i in range(count):
+            Image.fromarray(smooth_pixels(36 + i, 48, seed + i)).save(
+                os.path.join(images, '%d.jpg' % i))
+            f.write('%d.jpg 0:1 %d:0.8 3:-1%s\n' % (i, 1 + i % 2, '' if i else ' 5:0'))
+    return path, images
+
+
+def write_mixed_shards(root, class_num):
+    """Three training shards under root/data/train: 9 images (8 JPEG, 1 PNG turned JPEG by
+    the builder) dealt into two, and one PNG record stored as is (the fallback decode)."""
+    list_path, images = write_images_and_list(root, count=8)
+    extra = os.path.join(images, 'p.png')
+    Image.fromarray(smooth_pixels(30, 30)).save(extra)
+    with open(list_path, 'a') as f:
+        f.write('p.png 2:1\n')
+    make_tfrecords.build_records([list_path], images, os.path.join(root, 'data'),
+                                 class_num=class_num, workers=1, progress=False, num_shards=2)
+    directory = os.path.join(root, 'data', 'train')
+    # A PNG stored as is (the builder would convert it to JPEG): the fallback path.
+    example = make_tfrecords.make_example(encode_pixels(smooth_pixels(20, 30), 'PNG'),
+                                          np.eye(class_num)[0], 30, 20, 'raw.png')
+    with tf.io.TFRecordWriter(os.path.join(directory, '2.tfrecords')) as writer:
+        writer.write(example.SerializeToString())
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory))
+
+
+# Records for the checker tests: CHECK_CLASSES classes, noise images.
+CHECK_CLASSES = 7
+
+
+def encode_noise(width, height, fmt='JPEG', mode='RGB', seed=0):
+    rng = np.random.RandomState(seed)
+    pixels = (rng.rand(height, width, 3) * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buf, fmt)
+    return buf.getvalue()
+
+
+JPEG = encode_noise(12, 9)
+ODD_BUT_FINE = {  # name -> (encoded, width, height): all decode to 3 channels
+    'one_pixel': (encode_noise(1, 1), 1, 1),
+    'gray': (encode_noise(10, 6, mode='L'), 10, 6),
+    'cmyk': (encode_noise(8, 5, mode='CMYK'), 8, 5),
+    'png_rgba': (encode_noise(7, 11, fmt='PNG', mode='RGBA'), 7, 11),
+}
+
+
+def label_vector(values=(), class_num=CHECK_CLASSES):
+    label = np.zeros(class_num, np.float32)
+    for index, value in values:
+        label[index] = value
+    return label
+
+
+def record(image=JPEG, label=None, width=12, height=9, name='img.jpg', drop=()):
+    """A serialized record made with make_tfrecords.make_example, minus `drop`."""
+    example = make_tfrecords.make_example(
+        image, label_vector() if label is None else label, width, height, name)
+    for key in drop:
+        del example.features.feature[key]
+    return example.SerializeToString()
+
+
+def raw_label_record(label_bytes):
+    example = tf.train.Example.FromString(record())
+    example.features.feature['label'].bytes_list.value[0] = label_bytes
+    return example.SerializeToString()
+
+
+def write_shard(path, records):
+    path = str(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for serialized in records:
+            writer.write(serialized)
+    return path

@@ -1,0 +1,38 @@
+"""tools/benchmark.py: its synthetic photographs and labels, and a whole run (no timings
+are asserted)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, encode_pixels as encode
+
+
+def test_benchmark_images_are_photograph_sized_jpegs():
+    from tools import benchmark
+    pixels = benchmark.photo_like(np.random.default_rng(0))
+    assert pixels.shape == (375, 500, 3) and pixels.dtype == np.uint8
+    size = len(encode(pixels, quality=90))
+    assert 50000 < size < 200000  # ImageNet-like bits per pixel, not noise, not flat
+    tokens = benchmark.soft_labels(np.random.default_rng(1), 11166)
+    assert 1 <= len(tokens) <= 9 and all(':' in t for t in tokens)
+
+
+@pytest.mark.slow
+def test_benchmark_runs_end_to_end_and_prints_the_table(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'tools', 'benchmark.py'), '--shard_dir',
+         str(tmp_path / 'shards'), '--num_images', '8', '--class_num', '50',
+         '--batch_size', '4', '--image_size', '32', '--shuffle_buffer', '8',
+         '--seconds', '0.2', '--repeats', '1', '--warmup_batches', '1',
+         '--resnet_size', '18', '--step_image_size', '32', '--step_batch_size', '2',
+         '--step_seconds', '0.2', '--step_repeats', '1', '--step_warmup', '1'],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ('input_fn(cpu)', 'input_fn(device)', 'spec_literal', 'floor', 'synthetic',
+                 'usable cores', 'cores busy'):
+        assert name in result.stdout, (name, result.stdout)
+    assert len(os.listdir(str(tmp_path / 'shards' / 'train'))) == 4

@@ -1,0 +1,55 @@
+"""Tests of model_fn.py: the graph of every --dtype builds and trains (conftest's `shards`:
+7 classes)."""
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import input_pipeline
+import model_fn
+
+tf.disable_v2_behavior()
+
+CLASSES = 7
+
+
+def model_params(resnet_size, dtype):
+    return {'resnet_size': resnet_size, 'class_num': CLASSES, 'data_format': 'channels_last',
+            'batch_norm_decay': 0.9, 'batch_norm_epsilon': 1e-5, 'mask_thres': 0.7,
+            'neg_select': 0.3, 'random_seed': 1, 'weight_decay': 1e-4, 'lr': 0.01,
+            'lr_decay_step': 0, 'lr_decay_factor': 0.1, 'warmup': 0, 'lr_warmup': 0.1,
+            'lr_warmup_decay_step': 0, 'lr_warmup_decay_factor': 1.4, 'opt_momentum': 0.9,
+            'batch_size': 2, 'log_interval': 1, 'max_steps': None, 'dtype': dtype}
+
+
+@pytest.mark.parametrize('resnet_size,dtype,augment_on', [
+    (18, 'fp32', 'device'), (18, 'fp16', 'cpu'), (18, 'bf16', 'cpu'),
+    pytest.param(50, 'fp32', 'cpu', marks=pytest.mark.slow)])
+def test_dtype_graphs_build_and_train_two_steps_on_cpu(shards, resnet_size, dtype,
+                                                      augment_on):
+    try:
+        dtype_graph_trains(shards, resnet_size, dtype, augment_on)
+    finally:
+        if dtype == 'fp16':  # the rewrite is switched on process-wide
+            tf.mixed_precision.disable_mixed_precision_graph_rewrite()
+
+
+def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
+    with tf.Graph().as_default():
+        dataset = input_pipeline.input_fn(True, None, 2, CLASSES, 32, files=shards, shuffle_buffer=8,
+                                 augment_on=augment_on)
+        features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
+        spec = model_fn.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
+                                     model_params(resnet_size, dtype))
+        variables = tf.global_variables()
+        assert all(v.dtype.base_dtype in (tf.float32, tf.int64) for v in variables)
+        names = {v.op.name for v in variables}
+        assert ('current_loss_scale' in names) == (dtype == 'fp16')  # dynamic loss scaling
+        assert spec.predictions['scores'].dtype == tf.float32
+        step = tf.train.get_global_step()
+        with tf.Session() as sess:
+            sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+            before = sess.run('logits/dense/kernel:0')
+            losses = [sess.run([spec.train_op, spec.loss])[1] for _ in range(2)]
+            assert sess.run(step) == 2
+            assert np.all(np.isfinite(losses))
+            assert np.any(sess.run('logits/dense/kernel:0') != before)
