@@ -7,7 +7,7 @@ import os
 import sys
 
 os.environ['CUDA_VISIBLE_DEVICES'] = ''
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
