@@ -59,13 +59,14 @@ _string(G, 'mode', 'train',
 _string(G, 'checkpoint_path', '', '--mode=eval, predict or export: the checkpoint to use '
         '(default: the latest in --model_dir).')
 _string(G, 'export_dir', '',
-        'Write a SavedModel here: with --mode=export from --checkpoint_path (else the latest '
+        'Write a SavedModel as <export_dir>/<version>/ (TensorFlow Serving\'s layout; the '
+        'version is the time in seconds, earlier versions stay): with --mode=export from '
+        '--checkpoint_path (else the latest '
         'in --model_dir), with --mode=train or train_and_eval from the last checkpoint after '
         'training. Signature serving_default: input images (a batch of encoded JPEG/PNG '
         'strings), outputs scores (sigmoid), probabilities (softmax), top_k_classes, '
-        'top_k_scores and features; the preprocessing of --preprocess, NHWC. An earlier '
-        'SavedModel there is replaced (only when the new one is complete); another '
-        'non-empty directory is an error.')
+        'top_k_scores and features; the preprocessing of --preprocess, NHWC. A version '
+        'appears only when complete; a directory holding anything else is an error.')
 _int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
 _bool(G, 'demo', False,
       'Build a small synthetic multi-label dataset of JPEG files under --demo_dir, make its '

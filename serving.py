@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -118,15 +119,43 @@ def restore(session, checkpoint_path):
 
 # ---------------------------------------------------------------------------- export
 
+def versions(base):
+    """{version: path} of the SavedModels in base/<integer version>/ (TensorFlow Serving's
+    layout)."""
+    if not os.path.isdir(base):
+        return {}
+    return {int(name): os.path.join(base, name) for name in os.listdir(base)
+            if name.isdigit() and is_saved_model(os.path.join(base, name))}
+
+
 def check_export_dir(export_dir):
-    """export_dir may be new, empty or an earlier SavedModel (which an export replaces)."""
+    """export_dir may be new, empty or hold earlier versions (base/<integer>/), which an
+    export keeps."""
     if not os.path.exists(export_dir):
         return
     if not os.path.isdir(export_dir):
         raise UsageError('export directory %s exists and is not a directory' % export_dir)
-    if os.listdir(export_dir) and not is_saved_model(export_dir):
-        raise UsageError('export directory %s exists and holds something other than a '
-                         'SavedModel; give a new directory' % export_dir)
+    if is_saved_model(export_dir):
+        raise UsageError('export directory %s is itself a SavedModel (an unversioned export); '
+                         'exports go to <dir>/<version>/ -- give a new directory, or move it '
+                         'to %s' % (export_dir, os.path.join(export_dir, '1')))
+    kept = versions(export_dir)
+    others = sorted(name for name in os.listdir(export_dir) if not name.startswith('.')
+                    and not (name.isdigit() and int(name) in kept))
+    if others:
+        raise UsageError('export directory %s holds something other than SavedModel versions '
+                         '(%s); give a new directory' % (export_dir, ', '.join(others)))
+
+
+def resolve_saved_model(path):
+    """A SavedModel directory, or a base of versions (its highest); raises UsageError."""
+    if os.path.isdir(path) and is_saved_model(path):
+        return path
+    found = versions(path)
+    if not found:
+        raise UsageError('%s is not a SavedModel directory (no saved_model.pb) nor a base '
+                         'directory of versions (<dir>/<integer>/saved_model.pb)' % path)
+    return found[max(found)]
 
 
 def preprocessing_line(preprocess, image_size):
@@ -148,19 +177,25 @@ def is_saved_model(directory):
 
 
 def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DEFAULT_TOP_K,
-                       preprocess=DEFAULT_PREPROCESS):
-    """Writes the inference graph with the checkpoint's weights as a SavedModel in export_dir,
-    its preprocessing (PREPROCESSING[preprocess]) built in; the choice is recorded in the
-    SavedModel's assets.extra/preprocessing.txt (`preprocess=NAME: description`).
+                       preprocess=DEFAULT_PREPROCESS, version=None):
+    """Writes the inference graph with the checkpoint's weights as the SavedModel
+    export_dir/<version>/ (TensorFlow Serving's layout; earlier versions stay), its
+    preprocessing (PREPROCESSING[preprocess]) built in and recorded in the SavedModel's
+    assets.extra/preprocessing.txt (`preprocess=NAME: description`). version: by default
+    the time in seconds, or one more than the highest existing version. Returns the path.
 
-    It is built in a temporary directory beside export_dir and renamed when complete; an
-    earlier SavedModel in export_dir is replaced only then.
+    It is built under a hidden temporary name in export_dir (which TensorFlow Serving
+    ignores) and renamed when complete.
     """
     check_export_dir(export_dir)
     export_dir = os.path.abspath(export_dir)
-    parent = os.path.dirname(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix='.%s.tmp-' % os.path.basename(export_dir), dir=parent)
+    os.makedirs(export_dir, exist_ok=True)
+    if version is None:
+        version = max([int(time.time())] + [v + 1 for v in versions(export_dir)])
+    target = os.path.join(export_dir, str(version))
+    if os.path.exists(target):
+        raise UsageError('version %s exists already' % target)
+    work = tempfile.mkdtemp(prefix='.tmp-%d-' % version, dir=export_dir)
     building = os.path.join(work, 'saved_model')
     try:
         with tf.Graph().as_default():
@@ -177,12 +212,10 @@ def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DE
         os.makedirs(os.path.join(building, os.path.dirname(PREPROCESSING_FILE)))
         with open(os.path.join(building, PREPROCESSING_FILE), 'w') as f:
             f.write(preprocessing_line(preprocess, image_size) + '\n')
-        if os.path.isdir(export_dir):
-            os.rename(export_dir, os.path.join(work, 'previous'))
-        os.rename(building, export_dir)
+        os.rename(building, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return export_dir
+    return target
 
 
 # ---------------------------------------------------------------------------- prediction
@@ -225,9 +258,7 @@ class Predictor(object):
 
     @classmethod
     def from_saved_model(cls, export_dir):
-        if not tf.io.gfile.isdir(export_dir) or not is_saved_model(export_dir):
-            raise UsageError('%s is not a SavedModel directory (no saved_model.pb)'
-                             % export_dir)
+        export_dir = resolve_saved_model(export_dir)
         graph = tf.Graph()
         session = tf.Session(graph=graph, config=devices.session_config())
         try:

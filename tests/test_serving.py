@@ -66,10 +66,14 @@ def trained(tmp_path_factory):
                        '--image_size=%d' % IMAGE_SIZE, '--batch_norm_decay=0', '--lr=1e-4',
                        '--export_dir=' + export_dir)
     assert result.returncode == 0, result.stderr[-3000:]
+    # TensorFlow Serving's layout: <export_dir>/<integer version>/.
+    (version,) = os.listdir(export_dir)
+    assert version.isdigit()
     assert 'exported %s as the SavedModel %s' % (os.path.join(model_dir, 'model.ckpt-2'),
-                                                 export_dir) in result.stderr
+                                                 os.path.join(export_dir, version)) \
+        in result.stderr
     assert 'preprocess=original: the original\'s inference preprocessing' in result.stderr
-    return model_dir, export_dir
+    return model_dir, os.path.join(export_dir, version)
 
 
 @pytest.fixture(scope='module')
@@ -545,7 +549,8 @@ def test_preprocess_eval_in_tools_and_export(trained, images, eval_reference, tm
                        '--export_dir=' + export_dir, '--preprocess=eval')
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'preprocess=eval: train.py\'s evaluation crop' in result.stderr
-    assert serving.saved_model_preprocessing(export_dir).startswith('preprocess=eval: ')
+    assert serving.saved_model_preprocessing(serving.resolve_saved_model(export_dir)) \
+        .startswith('preprocess=eval: ')
     predictor = serving.load_predictor(saved_model=export_dir)
     try:
         assert predictor.preprocessing.startswith('preprocess=eval: ')
@@ -559,3 +564,62 @@ def test_preprocess_eval_in_tools_and_export(trained, images, eval_reference, tm
     assert bad.stderr.strip().splitlines()[-1] == (
         'train.py: error: --preprocess must be original (the original\'s inference) or '
         'eval (the evaluation crop), got \'crop\'')
+
+
+def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, images,
+                                                                       tmp_path):
+    """--export_dir=D writes D/<version>/ and keeps older versions; --saved_model takes D
+    (its highest version) or one version; what is not a base of versions is refused."""
+    model_dir, first_version = trained
+    _, good = images
+    base = str(tmp_path / 'base')
+    params = serving.inference_params(18, CLASSES)
+    checkpoint = os.path.join(model_dir, 'model.ckpt-2')
+    old = serving.export_saved_model(checkpoint, base, params, IMAGE_SIZE, version=7)
+    new = serving.export_saved_model(checkpoint, base, params, IMAGE_SIZE,
+                                     preprocess='eval')
+    assert old == os.path.join(base, '7') and int(os.path.basename(new)) > 7
+    assert sorted(os.listdir(base)) == sorted(['7', os.path.basename(new)])  # no leftovers
+    assert serving.resolve_saved_model(base) == new
+    assert serving.resolve_saved_model(old) == old
+    latest = serving.load_predictor(saved_model=base)
+    try:
+        assert latest.preprocessing.startswith('preprocess=eval: ')
+    finally:
+        latest.close()
+    for bad, fragment in ((first_version, 'is itself a SavedModel'),
+                          (str(tmp_path), 'something other than SavedModel versions')):
+        with pytest.raises(serving.UsageError, match=fragment):
+            serving.export_saved_model(checkpoint, bad, params, IMAGE_SIZE)
+    with pytest.raises(serving.UsageError, match='nor a base directory of versions'):
+        serving.resolve_saved_model(str(tmp_path / 'empty'))
+
+
+def test_rest_request_rows_reach_the_signature(trained, images, reference):
+    """What TensorFlow Serving's REST API hands the signature for
+    {"instances": [{"b64": ...}, ...]}: each instance's base64 decoded to the bytes of the
+    image file, a batch of strings for the one input 'images'; the response rows are
+    {output: value} per image."""
+    import base64
+    _, export_dir = trained
+    _, good = images
+    request = json.dumps({'instances': [{'b64': base64.b64encode(data).decode('ascii')}
+                                        for _, data in good]})
+    rows = json.loads(request)['instances']
+    batch = [base64.b64decode(row['b64']) for row in rows]  # as the model server decodes
+    assert batch == [data for _, data in good]
+    with tf.Graph().as_default() as graph, tf.Session() as session:
+        meta = tf.saved_model.loader.load(session, ['serve'], export_dir)
+        signature = meta.signature_def['serving_default']
+        (name, info), = signature.inputs.items()
+        assert name == 'images' and info.dtype == tf.string.as_datatype_enum
+        assert [d.size for d in info.tensor_shape.dim] == [-1]  # a batch of strings
+        fetches = {key: graph.get_tensor_by_name(out.name)
+                   for key, out in signature.outputs.items()}
+        served = session.run(fetches, {graph.get_tensor_by_name(info.name): batch})
+    response = {'predictions': [{key: value[i].tolist() for key, value in served.items()}
+                                for i in range(len(batch))]}
+    assert len(response['predictions']) == len(good)
+    for i, row in enumerate(response['predictions']):
+        assert len(row['scores']) == CLASSES and len(row['features']) == FEATURE_DIM
+        assert_close(np.array(row['scores']), reference['scores'][i])

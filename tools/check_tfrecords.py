@@ -73,6 +73,9 @@ class _Progress(_progress.ProgressLine):
         return '%d/%d files, %d records, %.1f records/s' % (
             self.files, self.total, self.records, self.rate(self.records))
 
+    def done_total(self):
+        return self.files, self.total
+
 
 def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7):
     """Check shard files, `workers` processes in parallel, and return the overall summary.

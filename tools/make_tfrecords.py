@@ -138,6 +138,9 @@ class _Progress(_progress.ProgressLine):
         self.done, self.skipped = done, skipped
         super(_Progress, self).finish()
 
+    def done_total(self):
+        return self.done, self.total
+
     def text(self):
         return '%d/%d images, %d skipped, %.1f images/s' % (
             self.done, self.total, self.skipped, self.rate(self.done))

@@ -72,7 +72,8 @@ def add_model_arguments(parser):
     for alias in ('--pretrain_ckpt', '--model_dir'):  # listed in --checkpoint's help
         source.add_argument(alias, dest='checkpoint', help=argparse.SUPPRESS)
     source.add_argument('--saved_model', metavar='DIR',
-                        help='a SavedModel written by train.py --export_dir')
+                        help='a SavedModel: the base directory of train.py --export_dir '
+                             '(its highest version) or one <version>/ directory')
     group.add_argument('--image_size', type=positive_int, metavar='S',
                        help='network input size of the checkpoint\'s model (default: %d); '
                             'a SavedModel has its own' % DEFAULT_IMAGE_SIZE)
