@@ -8,6 +8,10 @@ every worker reads every file and takes every n-th record instead (data_share). 
 happens before any shuffle:
 the original shuffled first with a per-worker seed, and then sharded, with the worker
 count hard-coded to 1 so every worker read everything.
+
+The record tools also keep `<split>/records.txt`, a line `<shard file name> <records>` per
+shard they wrote, so that a run can say how many epochs its steps make
+(record_count) without reading the shards.
 """
 import glob
 import os
@@ -61,3 +65,44 @@ def data_share(files, worker_num, worker_id):
     if len(files) >= worker_num:
         return worker_share(files, worker_num, worker_id), None
     return list(files), (worker_num, worker_id)
+
+
+COUNTS_FILE = 'records.txt'
+
+
+def read_counts(split_dir):
+    """{shard file name: records} of <split_dir>/records.txt ({} without one)."""
+    path = os.path.join(split_dir, COUNTS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    counts = {}
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) == 2 and fields[1].isdigit():
+                counts[fields[0]] = int(fields[1])
+    return counts
+
+
+def write_counts(split_dir, counts):
+    """Adds {shard file name: records} to <split_dir>/records.txt (written whole, then
+    renamed), keeping the entries of shards written before."""
+    merged = dict(read_counts(split_dir), **counts)
+    path = os.path.join(split_dir, COUNTS_FILE)
+    with open(path + '.tmp', 'w') as f:
+        for name in sorted(merged, key=_natural_key):
+            f.write('%s %d\n' % (name, merged[name]))
+    os.replace(path + '.tmp', path)
+
+
+def record_count(files):
+    """The records in the shard `files` by their directories' records.txt, or None when
+    a file is not listed there."""
+    total = 0
+    for directory in {os.path.dirname(f) for f in files}:
+        counts = read_counts(directory)
+        names = [os.path.basename(f) for f in files if os.path.dirname(f) == directory]
+        if not all(name in counts for name in names):
+            return None
+        total += sum(counts[name] for name in names)
+    return total

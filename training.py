@@ -269,6 +269,25 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
     return results
 
 
+def describe_epochs(opts, plan):
+    """The global batch and what --max_iter steps make of the training records:
+    epochs = max_iter x images a global step / records (records from records.txt)."""
+    line = 'global batch %d images a global step' % plan.images_per_global_step
+    if opts.use_synthetic_data:
+        return line
+    records = file_db.record_count(file_db.list_shards(opts.data_dir, 'train',
+                                                       opts.file_pattern))
+    if records is None:
+        return line + ('; the number of training records is unknown (%s does not list '
+                       'every shard; the record tools write it)' % os.path.join(
+                           opts.data_dir, 'train', file_db.COUNTS_FILE))
+    if opts.max_iter < 0:
+        return line + '; %d training records, one epoch every %.0f steps' % (
+            records, records / plan.images_per_global_step)
+    return line + '; --max_iter=%d steps make %.2f epochs of the %d training records' % (
+        opts.max_iter, opts.max_iter * plan.images_per_global_step / records, records)
+
+
 def remember_settings(model_dir, settings):
     """Writes the run's flags to <model_dir>/flags.txt (run_settings); a run that resumes
     with other flags than the saved ones says which. settings: (header lines, flag
@@ -299,6 +318,8 @@ def train(opts, settings=None):
     log_to_file(opts.log_dir, plan.log_name)
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
                     distribute.describe_devices(plan, opts.batch_size), gpu_count())
+    if plan.trains:
+        tf.logging.info(describe_epochs(opts, plan))
     if settings and plan.trains and (plan.task is None or plan.task.type == 'chief'):
         remember_settings(opts.model_dir, settings)
     if plan.trains and record_shard:

@@ -46,3 +46,19 @@ def test_bad_worker_ids():
     with pytest.raises(ValueError):
         file_db.worker_share(['a'], 0, 0)
     assert file_db.worker_share(['a'], 2, 1) == []
+
+
+def test_record_counts_are_kept_per_shard_and_merged(tmp_path):
+    split = tmp_path / 'train'
+    split.mkdir()
+    files = [str(split / ('%d.tfrecords' % k)) for k in range(3)]
+    assert file_db.record_count(files) is None  # no records.txt
+    file_db.write_counts(str(split), {'0.tfrecords': 40, '1.tfrecords': 41})
+    assert file_db.record_count(files) is None  # 2.tfrecords is not listed
+    assert file_db.record_count(files[:2]) == 81
+    file_db.write_counts(str(split), {'2.tfrecords': 7, '10.tfrecords': 1})  # a later run
+    assert file_db.read_counts(str(split)) == {'0.tfrecords': 40, '1.tfrecords': 41,
+                                               '2.tfrecords': 7, '10.tfrecords': 1}
+    assert file_db.record_count(files) == 88
+    lines = (split / 'records.txt').read_text().splitlines()
+    assert lines == ['0.tfrecords 40', '1.tfrecords 41', '2.tfrecords 7', '10.tfrecords 1']
