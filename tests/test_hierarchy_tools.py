@@ -1,0 +1,281 @@
+"""The tools' --hierarchy (issue #17) against naive references on a small synthetic tree
+in the published file's format: make_tfrecords closes the labels (dense and sparse), the
+checker counts what is not closed (in its worker processes too), bad hierarchy files are
+one line and exit 2; and, when ../shared/data holds it, the published file itself."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+from PIL import Image
+
+import records
+from helpers import ROOT
+from tools import check_tfrecords as ct
+from tools import make_tfrecords as mt
+
+import hierarchy as H
+
+PUBLISHED = (Path(ROOT).parent / 'shared' / 'data' / 'dictionary_and_semantic_hierarchy.txt')
+HEADER = 'category_index\tcategory_id\tindex_of_parent_category\tcategory name'
+CLASSES = 24
+IMAGES = 40
+THRES = 0.7
+
+
+def random_forest(seed=0, n=CLASSES):
+    """Parents of a random forest of n classes (3 roots, depth up to ~6), indices shuffled
+    so that parents also come after their children in the file."""
+    rng = np.random.default_rng(seed)
+    parent = [-1, -1, -1] + [int(rng.integers(max(0, i - 6), i)) for i in range(3, n)]
+    perm = rng.permutation(n)  # old index -> new index
+    new = [0] * n
+    for old, p in enumerate(parent):
+        new[perm[old]] = -1 if p < 0 else int(perm[p])
+    return new
+
+
+PARENTS = random_forest()
+
+
+def write_hierarchy(path, parents=PARENTS, extra=()):
+    lines = [HEADER] + ['%d\tn%08d\t%d\tclass %d, synonym %d' % (i, i, p, i, i)
+                        for i, p in enumerate(parents)] + list(extra)
+    path.write_text('\n'.join(lines) + '\n')
+    return path
+
+
+def naive_ancestors(c, parents=PARENTS):
+    out = []
+    while parents[c] >= 0:
+        c = parents[c]
+        out.append(c)
+    return out
+
+
+def naive_close(labels, parents=PARENTS):
+    """{class: value} closed by walking every annotated class up to its root; the count
+    of classes filled in."""
+    closed = dict(labels)
+    filled = set()
+    for c, v in labels.items():
+        if v <= 0:
+            continue
+        for a in naive_ancestors(c, parents):
+            if labels.get(a, 0) == 0:
+                closed[a] = max(closed.get(a, 0), v)
+                filled.add(a)
+    return {c: v for c, v in closed.items() if v != 0}, len(filled)
+
+
+def naive_violations(label, parents=PARENTS, thres=THRES):
+    """(pairs per positive class, pairs) of one dense label."""
+    t = np.float32(thres)
+    per_class = np.zeros(len(parents), np.int64)
+    for c in np.flatnonzero(label >= t):
+        per_class[c] = sum(1 for a in naive_ancestors(c, parents) if 0 <= label[a] < t)
+    return per_class, int(per_class.sum())
+
+
+def random_labels(rng, n=IMAGES, classes=CLASSES):
+    """Per image {class: confidence}: hard and soft positives, soft negatives, an explicit
+    0 now and then, -1 entries (also on ancestors), some images without labels."""
+    out = []
+    for i in range(n):
+        k = int(rng.integers(0, 5)) if i % 7 else 0
+        cs = rng.choice(classes, size=k, replace=False)
+        out.append({int(c): float(rng.choice([1.0, 0.9, 0.7, 0.69, 0.3, 0.0, -1.0]))
+                    for c in cs})
+    return out
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    """A hierarchy file, images, an image list and its labels."""
+    root = tmp_path_factory.mktemp('hier')
+    hfile = write_hierarchy(root / 'hierarchy.txt')
+    (root / 'images').mkdir()
+    labels = random_labels(np.random.default_rng(1))
+    lines = []
+    for i, lab in enumerate(labels):
+        name = 'im%02d.jpg' % i
+        Image.new('RGB', (8 + i % 3, 8), (i * 5, 0, 0)).save(root / 'images' / name)
+        lines.append(name + ''.join('\t%d:%g' % item for item in sorted(lab.items())))
+    (root / 'list.txt').write_text('\n'.join(lines) + '\n')
+    return {'root': root, 'hierarchy': hfile, 'labels': labels, 'list': root / 'list.txt'}
+
+
+def read_labels(shard_dir):
+    """Dense float32 labels of every record under shard_dir, in file and record order."""
+    out = []
+    for path in sorted(Path(shard_dir).glob('*.tfrecords')):
+        for raw in tf.io.tf_record_iterator(str(path)):
+            feature = tf.train.Example.FromString(raw).features.feature
+            sparse = records.sparse_entries(feature)
+            if sparse is not None:
+                out.append(records.dense_label(sparse[0], sparse[1], CLASSES))
+            else:
+                out.append(np.frombuffer(feature['label'].bytes_list.value[0], '<f4'))
+    return out
+
+
+def build(data, out, layout='dense', hierarchy=True):
+    h = H.load(str(data['hierarchy'])) if hierarchy else None
+    return mt.build_records([str(data['list'])], str(data['root'] / 'images'), str(out),
+                            class_num=CLASSES, workers=1, progress=False, label_layout=layout,
+                            hierarchy=h)
+
+
+def dense(pairs):
+    label = np.zeros(CLASSES, np.float32)
+    for c, v in pairs.items():
+        label[c] = v
+    return label
+
+
+@pytest.mark.parametrize('layout', ['dense', 'sparse'])
+def test_make_tfrecords_closes_labels_as_a_naive_walk(data, tmp_path, layout):
+    summary = build(data, tmp_path, layout)
+    expected = [naive_close(lab) for lab in data['labels']]
+    got = read_labels(tmp_path / 'train')
+    assert len(got) == IMAGES
+    for label, (closed, _) in zip(got, expected):
+        np.testing.assert_array_equal(label, dense(closed))
+    assert summary['labels_added'] == sum(n for _, n in expected) > 0
+    assert summary['images_closed'] == sum(1 for _, n in expected if n)
+    report = (tmp_path / 'train_report.txt').read_text()
+    assert 'labels added by --hierarchy %s: %d' % (data['hierarchy'],
+                                                  summary['labels_added']) in report
+
+
+def test_minus_one_stays_and_annotated_ancestor_keeps_its_value(data, tmp_path):
+    leaf = next(c for c in range(CLASSES) if len(naive_ancestors(c)) >= 2)
+    parent, grand = naive_ancestors(leaf)[:2]
+    h = H.load(str(data['hierarchy']))
+    index, value, added = H.close_sparse([leaf, parent, grand], [0.9, -1.0, 0.3], h)
+    closed = dict(zip(index.tolist(), value.tolist()))
+    assert closed[parent] == -1.0 and closed[grand] == np.float32(0.3)
+    assert added == len(naive_ancestors(leaf)) - 2
+
+
+def test_checker_counts_unclosed_labels_as_a_naive_count(data, tmp_path):
+    build(data, tmp_path / 'flat', hierarchy=False)
+    build(data, tmp_path / 'closed')
+    h = H.load(str(data['hierarchy']))
+    flat = read_labels(tmp_path / 'flat' / 'train')
+    naive = [naive_violations(label) for label in flat]
+    per_class = sum(p for p, _ in naive)
+    summary = ct.check_files(ct.resolve_inputs([str(tmp_path / 'flat')]), CLASSES,
+                             workers=1, progress=False, hierarchy=h)
+    found = summary['hierarchy']
+    assert found['records'] == sum(1 for _, n in naive if n) > 0
+    assert found['pairs'] == int(per_class.sum())
+    assert found['per_class'] == per_class.tolist()
+    worst = found['worst'][0]
+    assert worst['pairs'] == per_class.max() and worst['name'] == h.names[worst['class']]
+    assert summary['ok']
+    text = ct.format_report(summary)
+    assert 'WARNING: %d of %d records' % (found['records'], IMAGES) in text
+    assert 'make_tfrecords.py --hierarchy' in text and 'convert_tfrecords.py' in text
+    # What closure leaves: pairs whose ancestor is annotated below the threshold (0.3,
+    # 0.69 in these lists), which it keeps as annotated.
+    kept = [naive_violations(label) for label in read_labels(tmp_path / 'closed' / 'train')]
+    assert found['kept_pairs'] == sum(n for _, n in kept) < found['pairs']
+    closed = ct.check_files(ct.resolve_inputs([str(tmp_path / 'closed')]), CLASSES,
+                            workers=1, progress=False, hierarchy=h)['hierarchy']
+    assert closed['records'] == sum(1 for _, n in kept if n)
+    assert closed['pairs'] == closed['kept_pairs'] == found['kept_pairs']
+    assert 'fix: close the labels' not in ct.format_hierarchy(closed, IMAGES, THRES)
+
+
+def test_checker_finds_nothing_after_closing_hard_labels(data, tmp_path):
+    """Without soft negatives to keep, a rebuild with --hierarchy leaves no pair."""
+    hard = [name.split('\t')[0] + ''.join('\t' + t for t in name.split('\t')[1:]
+                                          if t.endswith((':1', ':0.9', ':-1')))
+            for name in data['list'].read_text().splitlines()]
+    (tmp_path / 'hard.txt').write_text('\n'.join(hard) + '\n')
+    h = H.load(str(data['hierarchy']))
+    for sub, closed in (('flat', None), ('closed', h)):
+        mt.build_records([str(tmp_path / 'hard.txt')], str(data['root'] / 'images'),
+                         str(tmp_path / sub), class_num=CLASSES, workers=1, progress=False,
+                         hierarchy=closed)
+    paths = {sub: ct.resolve_inputs([str(tmp_path / sub)]) for sub in ('flat', 'closed')}
+    flat = ct.check_files(paths['flat'], CLASSES, workers=1, progress=False, hierarchy=h)
+    assert flat['hierarchy']['pairs'] > 0 and flat['hierarchy']['kept_pairs'] == 0
+    found = ct.check_files(paths['closed'], CLASSES, workers=1, progress=False,
+                           hierarchy=h)['hierarchy']
+    assert (found['records'], found['pairs'], found['worst']) == (0, 0, [])
+
+
+def test_checker_cli_in_worker_processes_sums_the_files(data, tmp_path):
+    """Two shards checked by two worker processes: the per-class counts add up."""
+    lists = data['list'].read_text().splitlines()
+    for k in range(2):
+        (tmp_path / ('l%d.txt' % k)).write_text('\n'.join(lists[k::2]) + '\n')
+    mt.build_records([str(tmp_path / 'l0.txt'), str(tmp_path / 'l1.txt')],
+                     str(data['root'] / 'images'), str(tmp_path), class_num=CLASSES,
+                     workers=1, progress=False, label_layout='sparse')
+    naive = sum(naive_violations(label)[0] for label in read_labels(tmp_path / 'train'))
+    result = subprocess.run(
+        [sys.executable, os.path.join('tools', 'check_tfrecords.py'), '--class_num',
+         str(CLASSES), '--hierarchy', str(data['hierarchy']), '--workers', '2', '--json',
+         '--quiet', str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    import json
+    found = json.loads(result.stdout)['hierarchy']
+    assert found['per_class'] == naive.tolist() and found['pairs'] == naive.sum() > 0
+
+
+BAD_FILES = {
+    'cycle': ['0\tn0\t1\ta', '1\tn1\t0\tb'],
+    'parent out of range': ['0\tn0\t-1\ta', '1\tn1\t7\tb'],
+    'malformed': ['0\tn0\t-1\ta', '1 n1 0 b'],
+}
+
+
+def bad_file(tmp_path, kind):
+    path = tmp_path / ('%s.txt' % kind.replace(' ', '_'))
+    path.write_text('\n'.join([HEADER] + BAD_FILES[kind]) + '\n')
+    return path
+
+
+def run_tool(script, *args):
+    return subprocess.run([sys.executable, os.path.join('tools', script)] + [str(a) for a in args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(result, where):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and where in lines[0], result.stderr
+
+
+@pytest.mark.parametrize('kind', sorted(BAD_FILES))
+def test_bad_hierarchy_is_one_line_exit_2_and_nothing_written(data, tmp_path, kind):
+    path = bad_file(tmp_path, kind)
+    line = 3 if kind != 'cycle' else 2
+    out = tmp_path / 'out'
+    result = run_tool('make_tfrecords.py', '-cls', 2, '--hierarchy', path, '-tfs', out,
+                      '-im', data['root'] / 'images', data['list'])
+    assert_one_line_error(result, '%s:%d' % (path, line))
+    assert not out.exists()
+    (tmp_path / 'empty.tfrecords').write_bytes(b'')
+    result = run_tool('check_tfrecords.py', '--class_num', 2, '--hierarchy', path,
+                      tmp_path / 'empty.tfrecords')
+    assert_one_line_error(result, '%s:%d' % (path, line))
+
+
+def test_class_count_must_match(data, tmp_path):
+    out = tmp_path / 'out'
+    result = run_tool('make_tfrecords.py', '-cls', CLASSES + 1, '--hierarchy',
+                      data['hierarchy'], '-tfs', out, '-im', data['root'] / 'images',
+                      data['list'])
+    assert_one_line_error(result, 'has %d classes, --class_num is %d' % (CLASSES, CLASSES + 1))
+    assert not out.exists()
+    (tmp_path / 'empty.tfrecords').write_bytes(b'')
+    result = run_tool('check_tfrecords.py', '--class_num', CLASSES + 1, '--hierarchy',
+                      data['hierarchy'], tmp_path / 'empty.tfrecords')
+    assert_one_line_error(result, 'has %d classes, --class_num is %d' % (CLASSES, CLASSES + 1))
