@@ -321,7 +321,7 @@ def split_leaf_inner(h):
     return h.is_leaf.copy(), ~h.is_leaf
 
 
-def class_num_mismatch(h, class_num, flag='class_num'):
-    """The one-line error for a hierarchy whose class count is not the labels' length."""
-    return ('%s has %d classes, --%s is %d; give the hierarchy of the classes the labels '
-            'and the model index (11166 for ML-Images)' % (h.path, len(h), flag, class_num))
+def class_num_mismatch(h, class_num, what='--class_num'):
+    """The one-line error for a hierarchy whose class count is not the labels' or model's."""
+    return ('%s has %d classes but %s is %d; give the hierarchy of the classes the labels '
+            'and the model index (11166 for ML-Images)' % (h.path, len(h), what, class_num))

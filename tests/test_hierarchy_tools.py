@@ -273,9 +273,108 @@ def test_class_count_must_match(data, tmp_path):
     result = run_tool('make_tfrecords.py', '-cls', CLASSES + 1, '--hierarchy',
                       data['hierarchy'], '-tfs', out, '-im', data['root'] / 'images',
                       data['list'])
-    assert_one_line_error(result, 'has %d classes, --class_num is %d' % (CLASSES, CLASSES + 1))
+    assert_one_line_error(result, 'has %d classes but --class_num is %d' % (CLASSES, CLASSES + 1))
     assert not out.exists()
     (tmp_path / 'empty.tfrecords').write_bytes(b'')
     result = run_tool('check_tfrecords.py', '--class_num', CLASSES + 1, '--hierarchy',
                       data['hierarchy'], tmp_path / 'empty.tfrecords')
-    assert_one_line_error(result, 'has %d classes, --class_num is %d' % (CLASSES, CLASSES + 1))
+    assert_one_line_error(result, 'has %d classes but --class_num is %d' % (CLASSES, CLASSES + 1))
+
+
+# ------------------------------------------------------------------------ predict
+
+class RandomScores(object):
+    """A predictor whose sigmoid and softmax scores are random, fixed per image."""
+
+    def run(self, encoded, keys):
+        out = {}
+        for key in keys:
+            rows = [np.random.default_rng(len(e)).random(CLASSES).astype(np.float32)
+                    for e in encoded]
+            out[key] = np.array([r / r.sum() if key == 'probabilities' else r for r in rows])
+        return out
+
+    def decode_error(self, data):
+        return None
+
+
+def naive_subtree_max(scores, parents=PARENTS):
+    out = np.array(scores, np.float32)
+    for c, s in enumerate(scores):
+        for a in naive_ancestors(c, parents):
+            out[a] = max(out[a], s)
+    return out
+
+
+def short_path(c, parents=PARENTS):
+    return ' < '.join('class %d' % a for a in [c] + naive_ancestors(c, parents))
+
+
+def predict(tmp_path, fmt, consistent, threshold=0.5, top_k=CLASSES):
+    import serving
+    images = []
+    for i in range(3):
+        path = tmp_path / ('%d.jpg' % i)
+        path.write_bytes(b'x' * (i + 1))
+        images.append((path.name, str(path)))
+    h = H.load(str(write_hierarchy(tmp_path / 'h.txt')))
+    out = tmp_path / ('out.' + fmt)
+    serving.run_predict(RandomScores(), images, str(out), fmt, 2, top_k, threshold,
+                        None, 'test', h, consistent)
+    raw = [RandomScores().run([b'x' * (i + 1)], ['scores', 'probabilities'])
+           for i in range(3)]
+    return out.read_text(), h, raw
+
+
+@pytest.mark.parametrize('consistent', [False, True])
+def test_predict_tsv_paths_and_consistent_scores(tmp_path, consistent):
+    text, h, raw = predict(tmp_path, 'tsv', consistent, top_k=4)
+    lines = text.splitlines()
+    if consistent:
+        assert lines.pop(0) == '# scores made consistent with %s' % h.path
+    assert lines[0].split('\t') == ['image', 'rank', 'class', 'score', 'positive', 'path']
+    rows = [dict(zip(lines[0].split('\t'), line.split('\t'))) for line in lines[1:]]
+    for i in range(3):
+        scores = raw[i]['scores'][0]
+        expected = naive_subtree_max(scores) if consistent else scores
+        mine = [r for r in rows if r['image'] == '%d.jpg' % i]
+        listed = max(4, int((expected >= 0.5).sum()))
+        assert len(mine) == listed
+        for r in mine:
+            c = int(r['class'])
+            assert r['path'] == short_path(c)
+            assert float(r['score']) == pytest.approx(expected[c], abs=1e-6)
+            assert r['positive'] == ('1' if expected[c] >= 0.5 else '0')
+
+
+@pytest.mark.parametrize('key, single', [('scores', False), ('probabilities', True)])
+def test_predict_jsonl_consistent_is_monotone_along_every_path(tmp_path, key, single):
+    import json
+    text, h, raw = predict(tmp_path, 'jsonl', True, None if single else 0.5)
+    for i, line in enumerate(text.splitlines()):
+        record = json.loads(line)
+        assert record['consistent_with'] == h.path
+        score = {e['class']: e['score'] for e in record['top_k']}
+        assert sorted(score) == list(range(CLASSES))
+        for e in record['top_k']:
+            assert e['path'] == short_path(e['class'])
+            assert all(score[a] >= score[e['class']] for a in naive_ancestors(e['class']))
+        np.testing.assert_allclose([score[c] for c in range(CLASSES)],
+                                   naive_subtree_max(raw[i][key][0]), atol=1e-6)
+        if not single:
+            assert [e['class'] for e in record['positives']] == [
+                e['class'] for e in record['top_k'] if e['score'] >= 0.5]
+
+
+def test_predict_usage_errors(data, tmp_path):
+    image = tmp_path / 'a.jpg'
+    image.write_bytes(b'x')
+    result = run_tool('predict.py', '--checkpoint', tmp_path / 'none', '--consistent', image)
+    assert_one_line_error(result, '--consistent needs --hierarchy')
+    result = run_tool('predict.py', '--checkpoint', tmp_path / 'none', '--format', 'original',
+                      '--hierarchy', data['hierarchy'], image)
+    assert_one_line_error(result, '--format tsv or jsonl')
+    path = bad_file(tmp_path, 'cycle')
+    result = run_tool('predict.py', '--checkpoint', tmp_path / 'none', '--hierarchy', path,
+                      '--consistent', image)
+    assert_one_line_error(result, '%s:2' % path)
