@@ -108,7 +108,7 @@ def data(tmp_path_factory):
     return {'root': root, 'hierarchy': hfile, 'labels': labels, 'list': root / 'list.txt'}
 
 
-def read_labels(shard_dir):
+def read_labels(shard_dir, class_num=CLASSES):
     """Dense float32 labels of every record under shard_dir, in file and record order."""
     out = []
     for path in sorted(Path(shard_dir).glob('*.tfrecords')):
@@ -116,7 +116,7 @@ def read_labels(shard_dir):
             feature = tf.train.Example.FromString(raw).features.feature
             sparse = records.sparse_entries(feature)
             if sparse is not None:
-                out.append(records.dense_label(sparse[0], sparse[1], CLASSES))
+                out.append(records.dense_label(sparse[0], sparse[1], class_num))
             else:
                 out.append(np.frombuffer(feature['label'].bytes_list.value[0], '<f4'))
     return out
@@ -286,10 +286,13 @@ def test_class_count_must_match(data, tmp_path):
 class RandomScores(object):
     """A predictor whose sigmoid and softmax scores are random, fixed per image."""
 
+    def __init__(self, classes=CLASSES):
+        self.classes = classes
+
     def run(self, encoded, keys):
         out = {}
         for key in keys:
-            rows = [np.random.default_rng(len(e)).random(CLASSES).astype(np.float32)
+            rows = [np.random.default_rng(len(e)).random(self.classes).astype(np.float32)
                     for e in encoded]
             out[key] = np.array([r / r.sum() if key == 'probabilities' else r for r in rows])
         return out
@@ -378,3 +381,91 @@ def test_predict_usage_errors(data, tmp_path):
     result = run_tool('predict.py', '--checkpoint', tmp_path / 'none', '--hierarchy', path,
                       '--consistent', image)
     assert_one_line_error(result, '%s:2' % path)
+
+
+# ------------------------------------------------------------ the published file
+
+@pytest.fixture(scope='module')
+def published():
+    if not PUBLISHED.exists():
+        pytest.skip('the published hierarchy is not at %s (see ../shared/data/README.md)'
+                    % PUBLISHED)
+    rows = [line.split('\t') for line in PUBLISHED.read_text().splitlines()[1:]]
+    return [int(row[2]) for row in rows], [row[3] for row in rows]
+
+
+def test_published_file_in_make_and_check(published, tmp_path):
+    """Records of 11,166 classes with real class indices: closing the deepest leaf adds its
+    whole path (16 ancestors); the checker counts the pairs of the flat build as a naive
+    walk does, and none after the rebuild, in both layouts."""
+    parents, _ = published
+    depth = [len(naive_ancestors(c, parents)) for c in range(len(parents))]
+    deep = int(np.argmax(depth))
+    assert depth[deep] == 16
+    other = next(c for c in range(len(parents)) if depth[c] == 5)
+    ignored = naive_ancestors(other, parents)[1]
+    labels = [{deep: 1.0}, {other: 0.9, ignored: -1.0}, {deep: 0.8, other: 1.0}, {}]
+    (tmp_path / 'images').mkdir()
+    lines = []
+    for i, lab in enumerate(labels):
+        Image.new('RGB', (8, 8)).save(tmp_path / 'images' / ('%d.jpg' % i))
+        lines.append('%d.jpg' % i + ''.join('\t%d:%g' % x for x in sorted(lab.items())))
+    (tmp_path / 'list.txt').write_text('\n'.join(lines) + '\n')
+    expected = [naive_close(lab, parents) for lab in labels]
+    assert expected[0][1] == 16
+    tree = H.load(str(PUBLISHED))
+    # sparse through the command lines, dense through the functions they call
+    for sub, extra in (('flat', []), ('closed', ['--hierarchy', PUBLISHED])):
+        result = run_tool('make_tfrecords.py', '-cls', len(parents), '--quiet', '-tfs',
+                          tmp_path / 'sparse' / sub, '-im', tmp_path / 'images',
+                          '--label_layout', 'sparse', tmp_path / 'list.txt', *extra)
+        assert result.returncode == 0, result.stderr
+        summary = mt.build_records([str(tmp_path / 'list.txt')], str(tmp_path / 'images'),
+                                   str(tmp_path / 'dense' / sub), class_num=len(parents),
+                                   workers=1, progress=False,
+                                   hierarchy=tree if extra else None)
+    added = sum(n for _, n in expected)
+    assert 'labels added by --hierarchy %s: %d' % (PUBLISHED, added) in result.stdout
+    assert summary['labels_added'] == added
+    for layout in ('dense', 'sparse'):
+        for label, (closed, _) in zip(read_labels(tmp_path / layout / 'closed' / 'train',
+                                                  len(parents)), expected):
+            assert {int(c): float(label[c]) for c in np.flatnonzero(label)} == pytest.approx(
+                closed)
+    flat = read_labels(tmp_path / 'dense' / 'flat' / 'train', len(parents))
+    naive = sum(naive_violations(label, parents)[1] for label in flat)
+    assert naive == 16 + 5 - 1 + 16 + 5  # record 1: 'other' under an ignored ancestor
+    for sub, pairs in (('flat', naive), ('closed', 0)):
+        result = run_tool('check_tfrecords.py', '--class_num', len(parents), '--json',
+                          '--quiet', '--workers', 1, '--hierarchy', PUBLISHED,
+                          tmp_path / 'sparse' / sub)
+        assert result.returncode == 0, result.stderr
+        import json
+        assert json.loads(result.stdout)['hierarchy']['pairs'] == pairs
+        found = ct.check_files(ct.resolve_inputs([str(tmp_path / 'dense' / sub)]),
+                               len(parents), workers=1, progress=False,
+                               hierarchy=tree)['hierarchy']
+        assert found['pairs'] == pairs
+
+
+def test_published_file_in_predict(published, tmp_path):
+    """11,166 random scores made consistent: monotone along every path of the published
+    tree; every path ends at one of its 4 roots."""
+    import json
+    import serving
+    parents, names = published
+    image = tmp_path / 'a.jpg'
+    image.write_bytes(b'xy')
+    out = tmp_path / 'out.jsonl'
+    serving.run_predict(RandomScores(len(parents)), [('a.jpg', str(image))], str(out),
+                        'jsonl', 1, len(parents), 0.5, None, 'test', H.load(str(PUBLISHED)),
+                        True)
+    record = json.loads(out.read_text())
+    score = np.zeros(len(parents))
+    for e in record['top_k']:
+        score[e['class']] = e['score']
+        assert e['path'].split(' < ')[-1] in ('thing', 'matter', 'object', 'atmospheric phenomenon')
+    parents = np.array(parents)
+    child = np.flatnonzero(parents >= 0)
+    assert (score[parents[child]] >= score[child]).all()  # every edge, so every path
+    assert len(record['top_k']) == len(parents)
