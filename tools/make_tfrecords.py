@@ -31,15 +31,10 @@ file. Every list is validated completely before anything is written. A shard is 
 under a temporary name and renamed when complete; a rerun skips finished shards
 (shards.py).
 
-With --hierarchy FILE (the ML-Images dictionary_and_semantic_hierarchy.txt, hierarchy.py)
-each image's labels are closed under ancestors before they are written, the rule the
-original annotations follow: an ancestor that is not annotated (absent or 0) gets the
-highest confidence of its annotated descendants,
-
-    close(y)_a = max(0, max_{d below a} y_d)   if y_a == 0,   else y_a
-
-so an annotated ancestor keeps its own value and a -1 (ignore) stays -1; the report
-counts the labels added.
+--hierarchy FILE (dictionary_and_semantic_hierarchy.txt) closes each image's labels under
+ancestors before they are written (hierarchy.close: an ancestor a with y_a == 0 gets
+max(0, max of y over the descendants of a); any other y_a, -1 included, is kept) and the
+report counts the labels added.
 
 Run from the repository root:
 
@@ -132,8 +127,7 @@ def _labelled_example(task, data, labels, width, height, image):
     """(the Example of one image, labels added): with task['hierarchy'] the labels are
     closed under ancestors first (hierarchy.close_sparse, the module docstring's rule)."""
     classes = sorted(labels)
-    values = [labels[c] for c in classes]
-    added = 0
+    values, added = [labels[c] for c in classes], 0
     if task.get('hierarchy') is not None:
         classes, values, added = hierarchy_lib.close_sparse(classes, values,
                                                             task['hierarchy'])
