@@ -264,6 +264,11 @@ _float(G, 'threshold', 0.5, '--mode=predict: also list every class with sigmoid 
 _string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images dictionary (a '
         'category_index header, then index, category id, parent index and name per class) '
         'or one name per line.')
+_string(G, 'hierarchy', '', 'Evaluation (--mode=eval, train_and_eval and the evaluator '
+        'task): the semantic hierarchy, dictionary_and_semantic_hierarchy.txt of --class_num '
+        'classes; mAP is also reported over its leaf classes (mAP_leaf, what a flat '
+        'classifier is judged on) and its inner classes (mAP_inner), in the log line and '
+        'TensorBoard.')
 _int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
 _int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)
 

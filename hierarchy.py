@@ -319,3 +319,9 @@ def split_leaf_inner(h):
     """(leaf, inner): bool [N] masks of the classes without and with children, for mAP
     reported separately on leaves (what a flat classifier is judged on) and inner classes."""
     return h.is_leaf.copy(), ~h.is_leaf
+
+
+def class_num_mismatch(h, class_num, what='--class_num'):
+    """The one-line error for a hierarchy whose class count is not the labels' or model's."""
+    return ('%s has %d classes but %s is %d; give the hierarchy of the classes the labels '
+            'and the model index (11166 for ML-Images)' % (h.path, len(h), what, class_num))

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import file_db
+import hierarchy as hierarchy_lib
 from errors import UsageError
 
 DEFAULT_TOP_K = 5
@@ -224,10 +225,18 @@ class PredictionWriter(object):
     class with score >= threshold, with a 'positive' column (1/0); JSON has 'top_k' and
     'positives'. Single-label (threshold None): score = softmax probability, the top_k.
     The class name comes from the dictionary, when there is one.
+
+    With a hierarchy (hierarchy.Hierarchy) every listed class also gets its path to the
+    root, hierarchy.path_text ('dog < canine < ... < object', first synonyms): TSV column
+    'path', JSON field 'path'. consistent: the scores (sigmoid or softmax alike) are
+    replaced by hierarchy.consistent_scores -- s'_c = max of s over c and its descendants,
+    so an ancestor never scores below a descendant -- before ranking and the threshold;
+    TSV then starts with the line '# scores made consistent with <file>', and every JSON
+    object has 'consistent_with': <file>.
     """
 
     def __init__(self, stream, fmt='tsv', top_k=DEFAULT_TOP_K, threshold=DEFAULT_THRESHOLD,
-                 class_names=None):
+                 class_names=None, hierarchy=None, consistent=False):
         if fmt not in ('tsv', 'jsonl'):
             raise UsageError('unknown output format %r (tsv or jsonl)' % fmt)
         self.stream = stream
@@ -235,6 +244,9 @@ class PredictionWriter(object):
         self.top_k = top_k
         self.threshold = threshold
         self.class_names = class_names
+        if consistent and hierarchy is None:
+            raise UsageError('consistent scores need a hierarchy')
+        self.hierarchy, self.consistent = hierarchy, consistent
         self.count = 0
 
     @property
@@ -247,10 +259,17 @@ class PredictionWriter(object):
             columns.append('positive')
         if self.class_names is not None:
             columns.append('name')
-        return '\t'.join(columns) + '\n'
+        if self.hierarchy is not None:
+            columns.append('path')
+        note = ('# scores made consistent with %s\n' % self.hierarchy.path
+                if self.consistent else '')
+        return note + '\t'.join(columns) + '\n'
 
     def write(self, name, outputs):
-        ranked = ranked_classes(outputs[self.score_key], self.top_k, self.threshold)
+        scores = outputs[self.score_key]
+        if self.consistent:
+            scores = hierarchy_lib.consistent_scores(scores, self.hierarchy)
+        ranked = ranked_classes(scores, self.top_k, self.threshold)
         if self.fmt == 'tsv':
             if not self.count:
                 self.stream.write(self.header())
@@ -260,6 +279,8 @@ class PredictionWriter(object):
                     fields.append('1' if positive else '0')
                 if self.class_names is not None:
                     fields.append(self.class_names[c])
+                if self.hierarchy is not None:
+                    fields.append(self.hierarchy.path_text(c))
                 self.stream.write('\t'.join(fields) + '\n')
         else:
             record = {'image': name, 'top_k': [self._entry(c, s) for rank, c, s, _ in ranked
@@ -267,6 +288,8 @@ class PredictionWriter(object):
             if self.threshold is not None:
                 record['positives'] = [self._entry(c, s) for _, c, s, positive in ranked
                                        if positive]
+            if self.consistent:
+                record['consistent_with'] = self.hierarchy.path
             self.stream.write(json.dumps(record, ensure_ascii=False) + '\n')
         self.count += 1
 
@@ -274,6 +297,8 @@ class PredictionWriter(object):
         entry = {'class': c, 'score': round(score, 6)}
         if self.class_names is not None:
             entry['name'] = self.class_names[c]
+        if self.hierarchy is not None:
+            entry['path'] = self.hierarchy.path_text(c)
         return entry
 
 

@@ -11,6 +11,10 @@ reads value at the end. Per batch, with labels y [B, C] and sigmoid scores s [B,
 
   mAP          mean over classes with a positive in the split of their average precision,
                from per-class score histograms (mean_average_precision)
+  mAP_<name>   the same mean over the classes of a constant mask M_c (class_masks: with
+               train.py --hierarchy, M = leaf classes for mAP_leaf, inner classes for
+               mAP_inner): sum_c M_c [P_c > 0] AP_c / sum_c M_c [P_c > 0], 0 when no class
+               of M has a positive; from the same histograms as mAP
   precision@k  sum of pos over each image's k best valid classes / (k * images)
   micro_f1     2 TP / (2 TP + FP + FN), TP, FP, FN summed over all entries
   macro_f1     mean over classes with a positive or a prediction of 2 TP_c / (2 TP_c + FP_c + FN_c)
@@ -136,6 +140,22 @@ def mean_average_precision(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_B
     Returns (mAP, update_op); update_op is an Operation, as computing the value each batch
     would cost more than the whole update.
     """
+    ap, has_positive, update_op = average_precisions(labels, scores, mask_thres, num_bins,
+                                                     name)
+    return masked_mean(ap, has_positive), update_op
+
+
+def masked_mean(ap, has_positive, mask=None):
+    """mAP over a constant class mask M (None: every class):
+    sum_c M_c has_positive_c AP_c / sum_c M_c has_positive_c, 0 when the sum is 0."""
+    weight = has_positive if mask is None else has_positive * tf.constant(mask, tf.float64)
+    return safe_divide(tf.reduce_sum(ap * weight), tf.reduce_sum(weight))
+
+
+def average_precisions(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS, name=None):
+    """(AP [C], has_positive [C] as 0/1, update_op) over the split: the histograms and
+    values of mean_average_precision, for means over several class masks at the cost of
+    one pair of histograms."""
     with tf.variable_scope(name, 'mean_average_precision', [labels, scores]):
         labels = tf.cast(labels, tf.float32)
         class_num = class_count(labels)
@@ -155,8 +175,7 @@ def mean_average_precision(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_B
         neg_counts = tf.reshape(valid_hist, [class_num, num_bins]) - pos_counts
         ap = histogram_average_precision(pos_counts, neg_counts)
         has_positive = tf.cast(tf.reduce_sum(pos_counts, axis=1) > 0, tf.float64)
-        value = safe_divide(tf.reduce_sum(ap * has_positive), tf.reduce_sum(has_positive))
-        return value, update_op
+        return ap, has_positive, update_op
 
 
 def top_k_hits(pos, scores, valid, k):
@@ -262,11 +281,14 @@ def top1_accuracy(labels, scores, name=None):
 
 
 def multilabel_metrics(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
-                       threshold=F1_THRESHOLD):
-    """All metrics as an eval_metric_ops OrderedDict: mAP, precision@1, precision@5, micro_f1,
-    macro_f1, accuracy."""
-    return collections.OrderedDict([
-        ('mAP', mean_average_precision(labels, scores, mask_thres, num_bins)),
+                       threshold=F1_THRESHOLD, class_masks=None):
+    """All metrics as an eval_metric_ops OrderedDict: mAP, mAP_<name> for each (name, bool
+    [C] mask) of class_masks (a dict; they share mAP's histograms and update), precision@1,
+    precision@5, micro_f1, macro_f1, accuracy."""
+    ap, has_positive, update_op = average_precisions(labels, scores, mask_thres, num_bins)
+    return collections.OrderedDict([('mAP', (masked_mean(ap, has_positive), update_op))] + [
+        ('mAP_' + key, (masked_mean(ap, has_positive, mask), update_op))
+        for key, mask in (class_masks or {}).items()] + [
         ('precision@1', precision_at_k(labels, scores, 1, mask_thres)),
         ('precision@5', precision_at_k(labels, scores, 5, mask_thres)),
         ('micro_f1', micro_f1(labels, scores, mask_thres, threshold)),

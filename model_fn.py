@@ -14,8 +14,12 @@ Momentum, and the summaries.
                  name contains stages_2, stages_3, global_pool or logits
 
 Summaries: images, cross_entropy, train_accuracy, learning_rate, skipped_records and the
-loss's histograms; evaluation metrics are metrics.multilabel_metrics.
+loss's histograms; evaluation metrics are metrics.multilabel_metrics, with params
+leaf_mask (train.py --hierarchy) also mAP_leaf over the classes L with leaf_mask true and
+mAP_inner over the others (metrics.masked_mean with M = L, then M = not L).
 """
+import collections
+
 import tensorflow.compat.v1 as tf
 
 import checkpoints
@@ -55,6 +59,14 @@ def make_optimizer(name, lr, momentum):
     raise ValueError('optimizer must be mom or sgd, got %r' % (name,))
 
 
+def hierarchy_masks(leaf_mask):
+    """metrics.multilabel_metrics' class_masks for mAP_leaf and mAP_inner, or None."""
+    if leaf_mask is None:
+        return None
+    leaf = [bool(x) for x in leaf_mask]
+    return collections.OrderedDict([('leaf', leaf), ('inner', [not x for x in leaf])])
+
+
 def resnet_model_fn(features, labels, mode, params):
     """The Estimator model_fn (see the module docstring).
 
@@ -70,7 +82,8 @@ def resnet_model_fn(features, labels, mode, params):
     and warm_start (checkpoint variable names to
     initialise from it, see checkpoints.warm_start_names), legacy_counters and
     max_to_keep (checkpoints.legacy_saver), images_per_global_step, worker_name and job
-    (the log line's whole-job rate, see hooks.TrainingLogHook).
+    (the log line's whole-job rate, see hooks.TrainingLogHook), leaf_mask (class_num
+    bools, true for a leaf of the hierarchy: evaluation adds mAP_leaf and mAP_inner).
     """
     training = mode == tf.estimator.ModeKeys.TRAIN
     skipped = None
@@ -159,7 +172,9 @@ def resnet_model_fn(features, labels, mode, params):
         scores = tf.debugging.check_numerics(
             predictions['scores'], 'the model outputs NaN or Inf in inference mode (a '
             'diverged model, or one trained too briefly for its batch-norm moving averages)')
-        eval_metrics = metrics.multilabel_metrics(labels, scores, params['mask_thres'])
+        eval_metrics = metrics.multilabel_metrics(
+            labels, scores, params['mask_thres'],
+            class_masks=hierarchy_masks(params.get('leaf_mask')))
         eval_metrics['cross_entropy'] = tf.metrics.mean(cross_entropy)
     scaffold = None
     if params.get('legacy_counters'):

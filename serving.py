@@ -398,12 +398,12 @@ def _rows(batch, outputs, keys):
 
 def run_predict(predictor, images, output=None, fmt='tsv', batch_size=32,
                 top_k=DEFAULT_TOP_K, threshold=DEFAULT_THRESHOLD, class_names=None,
-                program='predict.py'):
+                program='predict.py', hierarchy=None, consistent=False):
     """Predicts every image and writes the result (stdout when output is None or '-').
     fmt: 'tsv', 'jsonl' (inference_io.PredictionWriter) or 'original'
     (inference_io.OriginalClassificationWriter: image_classification.py's text, softmax,
     one image at a time as the original so that `open pic PATH failed` lines keep their
-    place; threshold is not used). Returns (images processed, images skipped); a file
+    place; threshold is not used). hierarchy, consistent: PredictionWriter's. Returns (images processed, images skipped); a file
     output is left out when none was processed."""
     skipped = []
     on_skip = inference_io.skip_reporter(program, skipped)
@@ -419,7 +419,7 @@ def run_predict(predictor, images, output=None, fmt='tsv', batch_size=32,
                 batch_size = 1
             else:
                 writer = inference_io.PredictionWriter(out, fmt, top_k, threshold,
-                                                       class_names)
+                                                       class_names, hierarchy, consistent)
             for name, outputs in predict_images(predictor, images, batch_size, on_skip,
                                                 keys=(writer.score_key,)):
                 writer.write(name, outputs)

@@ -162,6 +162,8 @@ def validate(opts):
     if opts.label_type not in records.LABEL_TYPES:
         raise UsageError('--label_type must be one of %s, got %r'
                          % (', '.join(records.LABEL_TYPES), opts.label_type))
+    if opts.hierarchy:
+        training.leaf_mask(opts.hierarchy, opts.class_num)  # a bad file is a UsageError
 
 
 OPTIMIZERS = ('mom', 'sgd')

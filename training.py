@@ -8,6 +8,7 @@ train_and_eval mode; in a TF_CONFIG cluster tf.estimator.train_and_evaluate. eva
 checkpoint on test_iter batches of val. Errors: errors.UsageError before a graph exists,
 errors.TrainingError (one line with what to do) after.
 """
+import functools
 import logging
 import os
 
@@ -18,6 +19,7 @@ import checkpoints
 import devices
 import distribute
 import file_db
+import hierarchy
 import hooks
 import input_pipeline
 import model_fn
@@ -87,7 +89,23 @@ def model_params(opts, data_format):
         # the fine-tuning rules (flags.py, group Fine-tuning rules)
         'lr_schedule': opts.lr_schedule, 'optimizer': opts.optimizer,
         'bn_weight_decay': opts.bn_weight_decay, 'frozen_bn': opts.frozen_bn,
+        # mAP_leaf / mAP_inner in evaluation (flags.py --hierarchy)
+        'leaf_mask': leaf_mask(opts.hierarchy, opts.class_num) if opts.hierarchy else None,
     }
+
+
+@functools.lru_cache(maxsize=2)
+def leaf_mask(path, class_num):
+    """--hierarchy: a tuple of class_num bools, true for the classes without children
+    (hierarchy.split_leaf_inner); raises UsageError (one line) for a bad file or another
+    class count."""
+    try:
+        tree = hierarchy.load(path)
+    except hierarchy.HierarchyError as e:
+        raise UsageError('--hierarchy: %s' % e)
+    if len(tree) != class_num:
+        raise UsageError('--hierarchy: ' + hierarchy.class_num_mismatch(tree, class_num))
+    return tuple(bool(x) for x in hierarchy.split_leaf_inner(tree)[0])
 
 
 def cluster_plan(opts):

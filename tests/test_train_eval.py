@@ -104,3 +104,28 @@ def test_eval_bad_input(trained, tmp_path):
         assert last.startswith('train.py: error: ') and fragment in last, (extra, last)
     result = run_train(*small_run_flags(data, model_dir, 2), '--mode=train_and_eval')
     assert result.returncode == 2 and '--test_interval' in result.stderr.splitlines()[-1]
+
+
+def test_eval_with_a_hierarchy_reports_leaf_and_inner_map(trained, tmp_path):
+    data, model_dir, _ = trained
+    header = 'category_index\tcategory_id\tindex_of_parent_category\tcategory name\n'
+    tree = tmp_path / 'hierarchy.txt'  # leaves 2, 3, 4; inner 0, 1
+    tree.write_text(header + ''.join('%d\tn%d\t%d\tc%d\n' % (i, i, p, i)
+                                     for i, p in enumerate([-1, 0, 0, 1, -1])))
+    result = run_train(*small_run_flags(data, model_dir, 2), '--mode=eval',
+                       '--hierarchy=%s' % tree, '--batch_norm_decay=0', '--lr=1e-4')
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = [l for l in result.stderr.splitlines() if 'evaluated ' in l][-1]
+    assert 'mAP_leaf = ' in line and 'mAP_inner = ' in line, line
+    assert {'mAP_leaf', 'mAP_inner'} <= set(eval_scalars(model_dir))
+    bad = tmp_path / 'bad.txt'
+    bad.write_text(header + '0\tn0\t1\ta\n1\tn1\t0\tb\n')
+    for path, fragment in ((bad, '%s:2: class 0 is on a cycle' % bad),
+                           (tmp_path / 'none.txt', 'cannot read the hierarchy file'),
+                           (tree, 'has %d classes but --class_num is 7' % CLASSES)):
+        extra = ['--class_num=7'] if path == tree else []
+        result = run_train(*small_run_flags(data, model_dir, 2), '--mode=eval', *extra,
+                           '--hierarchy=%s' % path)
+        last = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len([l for l in last if 'error' in l]) == 1, last
+        assert last[-1].startswith('train.py: error: --hierarchy: ') and fragment in last[-1]

@@ -13,6 +13,12 @@ Totals: files, records, bad records, warnings, and over every record whose label
 valid: positives per class (label >= mask_thres) and the classes that never have one, the
 label-cardinality histogram (positives per image) and the number of -1 entries.
 
+With --hierarchy FILE (hierarchy.py): the records and the (class, ancestor) pairs where a
+positive class has an ancestor that is not positive (0 <= label < mask_thres; an ignored
+ancestor is none), summed over records, with the classes that have the most pairs and how
+to fix it (close the labels with make_tfrecords.py or convert_tfrecords.py --hierarchy).
+These are warnings: they do not change the exit status.
+
 Files are checked in parallel by --workers processes (spawned; one file per task). A
 worker that dies -- a native crash in a decoder, which would kill training as well --
 costs only its file, reported with the record it died on and its last stderr lines; with
@@ -34,6 +40,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import file_db  # noqa: E402
+import hierarchy as hierarchy_lib  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shard_checks  # noqa: E402
@@ -48,11 +55,11 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
-def _worker_main(conn, class_num, mask_thres, position, log_path):
+def _worker_main(conn, class_num, mask_thres, hierarchy, position, log_path):
     """A worker process: check the files the parent sends over `conn` until None."""
     def check(path, progress, at_record):
         return shard_checks.check_file(path, class_num, mask_thres, None, progress,
-                                       at_record)
+                                       at_record, hierarchy)
     common.serve(conn, position, log_path, check)
 
 
@@ -77,24 +84,29 @@ class _Progress(_progress.ProgressLine):
         return self.files, self.total
 
 
-def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7):
+def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7,
+                hierarchy=None):
     """Check shard files, `workers` processes in parallel, and return the overall summary.
 
     paths: shard file paths (use resolve_inputs for directories). workers: processes
     ('spawn' context), one file per task; None = the number of usable CPUs; with one
     worker or one file everything runs in this process. A worker process that dies
     makes its file bad (reason "checker crashed: ..." naming the record) and is
-    replaced. progress: draw a progress line on stderr.
+    replaced. progress: draw a progress line on stderr. hierarchy: a hierarchy.Hierarchy
+    of class_num classes: also count the labels not closed under ancestors.
 
     Returns a dict: class_num, mask_thres, ok (nothing bad), seconds, files (the per-file
     summaries of check_file, in the order of `paths`, without their per-class positives)
     and totals: files, records, bad_records, corrupt_files, warnings, labelled_records,
     ignored_entries, positives (per class), never_positive (classes without a positive),
-    cardinality (list: positives per image -> records).
+    cardinality (list: positives per image -> records); with a hierarchy also hierarchy
+    (shard_checks.hierarchy_totals).
     """
     paths = [os.fspath(p) for p in paths]
     if class_num < 1:
         raise ValueError('class_num must be >= 1, got %d' % class_num)
+    if hierarchy is not None and len(hierarchy) != class_num:
+        raise ValueError(hierarchy_lib.class_num_mismatch(hierarchy, class_num))
     if workers is not None and workers < 1:
         raise ValueError('workers must be >= 1, got %d' % workers)
     start = time.monotonic()
@@ -104,11 +116,12 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7):
         per_file = []
         for path in paths:
             per_file.append(shard_checks.check_file(path, class_num, mask_thres,
-                                                    on_progress=lambda n: meter.add(n)))
+                                                    on_progress=lambda n: meter.add(n),
+                                                    hierarchy=hierarchy))
             meter.add(files=1)
     else:
         per_file = common.run_workers(
-            paths, _worker_main, (class_num, mask_thres), workers,
+            paths, _worker_main, (class_num, mask_thres, hierarchy), workers,
             on_progress=meter.add, on_finished=lambda: meter.add(files=1),
             on_crash=shard_checks.crashed_file, what='checking',
             log_prefix='check_tfrecords-')
@@ -117,10 +130,14 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7):
 
     totals = shard_checks.totals(per_file, class_num)
     # Per-class counts of every file would make the summary class_num x files large.
-    files = [{k: v for k, v in s.items() if k != 'positives'} for s in per_file]
-    return {'class_num': class_num, 'mask_thres': mask_thres,
-            'ok': totals['bad_records'] == 0, 'totals': totals, 'files': files,
-            'seconds': time.monotonic() - start}
+    files = [{k: v for k, v in s.items() if k not in ('positives', 'unclosed_pairs')}
+             for s in per_file]
+    summary = {'class_num': class_num, 'mask_thres': mask_thres,
+               'ok': totals['bad_records'] == 0, 'totals': totals, 'files': files,
+               'seconds': time.monotonic() - start}
+    if hierarchy is not None:
+        summary['hierarchy'] = shard_checks.hierarchy_totals(per_file, hierarchy)
+    return summary
 
 
 def resolve_inputs(inputs):
@@ -230,6 +247,9 @@ def format_report(summary, max_bad=50):
     out.append('  classes never positive: %d of %d%s' % (
         len(never), summary['class_num'], (': ' + shown) if never else ''))
 
+    if 'hierarchy' in summary:
+        out += [''] + format_hierarchy(summary['hierarchy'], totals['labelled_records'],
+                                       summary['mask_thres'])
     out.append('')
     if summary['ok']:
         out.append('OK: no bad records (%d warnings)' % totals['warnings'])
@@ -237,6 +257,31 @@ def format_report(summary, max_bad=50):
         out.append('BAD: %d bad records, %d corrupt files' % (totals['bad_records'],
                                                                totals['corrupt_files']))
     return '\n'.join(out) + '\n'
+
+
+def format_hierarchy(found, labelled, mask_thres):
+    """The report's lines on labels not closed under ancestors (check_files' hierarchy)."""
+    out = ['hierarchy %s (positive = label >= %g):' % (found['file'], mask_thres)]
+    if not found['pairs']:
+        out.append('  every positive class has positive ancestors (or ignored ones) in all '
+                   '%d records' % labelled)
+        return out
+    out.append('  WARNING: %d of %d records have a positive class with an ancestor that is '
+               'not positive: %d (class, ancestor) pairs, positive classes %d'
+               % (found['records'], labelled, found['pairs'], found['classes']))
+    out.append('  worst classes (index name: pairs):')
+    out += ['    %d %s: %d' % (w['class'], w['name'], w['pairs']) for w in found['worst']]
+    fixable = found['pairs'] - found['kept_pairs']
+    if fixable:
+        out.append('  fix: close the labels under ancestors (%d pairs) -- rebuild with '
+                   'tools/make_tfrecords.py --hierarchy %s, or convert the records with '
+                   'tools/convert_tfrecords.py --hierarchy %s'
+                   % (fixable, found['file'], found['file']))
+    if found['kept_pairs']:
+        out.append('  %d pairs have an ancestor annotated below %g, which closure keeps: '
+                   'correct those annotations in the image lists'
+                   % (found['kept_pairs'], mask_thres))
+    return out
 
 
 # -------------------------------------------------------------------------------- CLI
@@ -273,11 +318,28 @@ def build_parser():
                              'instead of the text report')
     parser.add_argument('--mask_thres', type=_threshold, default=0.7, metavar='T',
                         help='a label >= T counts as a positive (default: 0.7, as training)')
+    parser.add_argument('--hierarchy', metavar='FILE',
+                        help='the semantic hierarchy (dictionary_and_semantic_hierarchy.txt, '
+                             '--class_num classes): also count the records and (class, '
+                             'ancestor) pairs where a positive class has an ancestor that '
+                             'is not positive, list the worst classes and say how to fix '
+                             'it; warnings, the exit status stays 0')
     parser.add_argument('--max_bad', type=common.non_negative_int, default=50, metavar='N',
                         help='bad records (and warnings) listed in the text report '
                              '(default: 50)')
     parser.add_argument('--quiet', action='store_true', help='no progress line on stderr')
     return parser
+
+
+def load_hierarchy(path, class_num):
+    """--hierarchy: None, or the hierarchy of class_num classes; raises HierarchyError or
+    UsageError (one line)."""
+    if not path:
+        return None
+    hierarchy = hierarchy_lib.load(path)
+    if len(hierarchy) != class_num:
+        raise UsageError(hierarchy_lib.class_num_mismatch(hierarchy, class_num))
+    return hierarchy
 
 
 def main(argv=None):
@@ -292,12 +354,14 @@ def main(argv=None):
         if not args.inputs:
             raise UsageError('no shard files or directories given')
         paths = resolve_inputs(args.inputs)
-    except UsageError as exc:
+        hierarchy = load_hierarchy(args.hierarchy, args.class_num)
+    except (UsageError, hierarchy_lib.HierarchyError) as exc:
         sys.stderr.write('%s: error: %s\n' % (PROG, exc))
         return 2
     try:
         summary = check_files(paths, args.class_num, workers=args.workers,
-                              progress=not args.quiet, mask_thres=args.mask_thres)
+                              progress=not args.quiet, mask_thres=args.mask_thres,
+                              hierarchy=hierarchy)
     except KeyboardInterrupt:
         sys.stderr.write('\n%s: interrupted\n' % PROG)
         return 130

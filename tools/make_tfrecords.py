@@ -31,6 +31,11 @@ file. Every list is validated completely before anything is written. A shard is 
 under a temporary name and renamed when complete; a rerun skips finished shards
 (shards.py).
 
+--hierarchy FILE (dictionary_and_semantic_hierarchy.txt) closes each image's labels under
+ancestors before they are written (hierarchy.close: an ancestor a with y_a == 0 gets
+max(0, max of y over the descendants of a); any other y_a, -1 included, is kept) and the
+report counts the labels added.
+
 Run from the repository root:
 
     python tools/make_tfrecords.py -idx image_lists/ -tfs data/ -im images/ -cls 11166
@@ -45,6 +50,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script: python tools/make_tfrecords.py
     sys.path.insert(0, _ROOT)
 
+import hierarchy as hierarchy_lib  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shards  # noqa: E402
@@ -84,6 +90,7 @@ def make_sparse_example(jpeg_bytes, index, value, width, height, name):
 def _write_shard(task, on_progress=None):
     """Write one shard from a validated list (shards.ShardWriter); returns a result dict."""
     skipped = []
+    added = {'labels': 0, 'images': 0}
     pending_done = pending_skipped = 0
     last_report = time.monotonic()
     with shards.ShardWriter(task['path']) as writer:
@@ -99,14 +106,9 @@ def _write_shard(task, on_progress=None):
                 skipped.append((task['list'], lineno, image, str(exc)))
                 pending_skipped += 1
             else:
-                if task.get('label_layout') == 'sparse':
-                    classes = sorted(labels)
-                    example = make_sparse_example(data, classes,
-                                                  [labels[c] for c in classes],
-                                                  width, height, image)
-                else:
-                    example = make_example(data, dense_label(labels, task['class_num']),
-                                           width, height, image)
+                example, count = _labelled_example(task, data, labels, width, height, image)
+                added['labels'] += count
+                added['images'] += count > 0
                 writer.write(example.SerializeToString())
             pending_done += 1
             now = time.monotonic()
@@ -117,7 +119,23 @@ def _write_shard(task, on_progress=None):
     if on_progress is not None and (pending_done or pending_skipped):
         on_progress(pending_done, pending_skipped)
     return {'index': task['index'], 'path': task['path'], 'written': writer.count,
-            'skipped': skipped}
+            'skipped': skipped, 'labels_added': added['labels'],
+            'images_closed': added['images']}
+
+
+def _labelled_example(task, data, labels, width, height, image):
+    """(the Example of one image, labels added): with task['hierarchy'] the labels are
+    closed under ancestors first (hierarchy.close_sparse, the module docstring's rule)."""
+    classes = sorted(labels)
+    values, added = [labels[c] for c in classes], 0
+    if task.get('hierarchy') is not None:
+        classes, values, added = hierarchy_lib.close_sparse(classes, values,
+                                                            task['hierarchy'])
+        labels = dict(zip(classes.tolist(), values))
+    if task.get('label_layout') == 'sparse':
+        return make_sparse_example(data, classes, values, width, height, image), added
+    return make_example(data, dense_label(labels, task['class_num']), width, height,
+                        image), added
 
 
 class _Progress(_progress.ProgressLine):
@@ -149,7 +167,8 @@ class _Progress(_progress.ProgressLine):
 
 def build_records(lists, image_root, out_dir, split='train', class_num=None,
                   num_shards=None, start_index=0, workers=None, report_path=None,
-                  jpeg_quality=95, overwrite=False, progress=True, label_layout='dense'):
+                  jpeg_quality=95, overwrite=False, progress=True, label_layout='dense',
+                  hierarchy=None):
     """Write the TFRecord shards of `lists` to `<out_dir>/<split>/` and return a summary.
 
     lists: a list file, a directory of lists (its regular files, sorted by name), or a
@@ -165,6 +184,8 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     progress: draw a progress line and per-shard notes on stderr.
     label_layout: 'dense' (the original's float32 bytes, the default) or 'sparse' (label/index +
       label/value, see the module docstring).
+    hierarchy: a hierarchy.Hierarchy of class_num classes: close the labels under
+      ancestors (module docstring); None writes them as listed.
 
     Every list is validated before anything is written. Raises InputError or
     ListFormatError for bad input (nothing is created then) and AllImagesSkippedError
@@ -173,7 +194,8 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     Returns a dict: out_dir (the split directory), shards_written, shards_skipped
     (already existed), shards_empty (no readable image, not written) -- each a list of
     paths --, images_written, images_skipped, skipped (a list of
-    (list file, lineno, image path, reason)), report_path, seconds.
+    (list file, lineno, image path, reason)), report_path, seconds, and with a hierarchy
+    labels_added and images_closed (images that gained a label), over the shards written.
     """
     if class_num is None:
         raise InputError('class_num is required')
@@ -193,6 +215,8 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
                          % ('/'.join(LABEL_LAYOUTS), label_layout))
     if not 1 <= jpeg_quality <= 100:
         raise InputError('jpeg_quality must be in [1, 100], got %d' % jpeg_quality)
+    if hierarchy is not None and len(hierarchy) != class_num:
+        raise InputError(hierarchy_lib.class_num_mismatch(hierarchy, class_num))
     list_files = resolve_lists(lists)
     if not list_files:
         raise InputError('no image list given (pass list files or a list directory)')
@@ -234,7 +258,8 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     tasks = [{'index': start_index + k, 'path': shard_path, 'list': path,
               'stride': stride, 'offset': offset, 'count': count,
               'class_num': class_num, 'image_root': image_root,
-              'jpeg_quality': jpeg_quality, 'label_layout': label_layout}
+              'jpeg_quality': jpeg_quality, 'label_layout': label_layout,
+              'hierarchy': hierarchy}
              for k, (shard_path, (path, stride, offset, count))
              in enumerate(zip(paths, plan)) if shard_path in set(to_write)]
 
@@ -266,17 +291,28 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
         'report_path': report_path,
         'seconds': time.monotonic() - start,
     }
+    closure = []
+    if hierarchy is not None:
+        summary['labels_added'] = sum(r['labels_added'] for r in results)
+        summary['images_closed'] = sum(r['images_closed'] for r in results)
+        closure = ['# ' + _closure_line(summary, hierarchy)]
     shards.write_text_atomically(report_path, [
         '%s:%d\t%s\t%s' % entry for entry in skipped] + [
         '# %d shards written, %d existing shards skipped, %d empty shards not written, '
         '%d images written, %d images skipped'
         % (len(summary['shards_written']), len(shards_skipped), len(shards_empty),
-           images_written, len(skipped))])
+           images_written, len(skipped))] + closure)
     if skipped and not images_written:
         raise AllImagesSkippedError(
             'all %d images were skipped (none could be read); see %s'
             % (len(skipped), report_path), summary)
     return summary
+
+
+def _closure_line(summary, hierarchy):
+    return ('labels added by --hierarchy %s: %d (ancestors of annotated classes), in %d '
+            'of %d images written' % (hierarchy.path, summary['labels_added'],
+                                      summary['images_closed'], summary['images_written']))
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -339,6 +375,12 @@ def build_parser():
                              'the original program; default). sparse: label/index + '
                              'label/value lists of the non-zero classes, a few dozen bytes '
                              'instead of 4 x class_num (train.py reads both)')
+    parser.add_argument('--hierarchy', metavar='FILE',
+                        help='the semantic hierarchy (dictionary_and_semantic_hierarchy.txt '
+                             'of ML-Images, --class_num classes): close every image\'s '
+                             'labels under ancestors -- an ancestor that is not annotated '
+                             'gets the highest confidence of its annotated descendants, -1 '
+                             'stays -1; the report counts the labels added')
     parser.add_argument('--overwrite', action='store_true',
                         help='rewrite shards that already exist (default: skip them, so '
                              'an interrupted run can be resumed)')
@@ -355,7 +397,7 @@ def _error(message):
     sys.stderr.write('%s: error: %s\n' % (PROG, ' '.join(str(message).split())))
 
 
-def _print_summary(summary):
+def _print_summary(summary, hierarchy=None):
     print('shards written: %d (in %s)' % (len(summary['shards_written']),
                                           summary['out_dir']))
     print('shards skipped (already exist): %d' % len(summary['shards_skipped']))
@@ -363,6 +405,8 @@ def _print_summary(summary):
         print('shards not written (no readable image): %d' % len(summary['shards_empty']))
     print('images written: %d' % summary['images_written'])
     print('images skipped: %d' % summary['images_skipped'])
+    if hierarchy is not None:
+        print(_closure_line(summary, hierarchy))
     print('report: %s' % summary['report_path'])
     sys.stdout.flush()
 
@@ -382,24 +426,26 @@ def main(argv=None):
         return 2
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
     try:
+        hierarchy = hierarchy_lib.load(args.hierarchy) if args.hierarchy else None
         summary = build_records(
             [args.list_dir] if args.list_dir is not None else args.lists,
             args.image_root, args.out_dir, split=args.split, class_num=args.class_num,
             num_shards=args.num_shards, start_index=args.start_index,
             workers=args.workers, report_path=args.report,
             jpeg_quality=args.jpeg_quality, overwrite=args.overwrite,
-            progress=not args.quiet, label_layout=args.label_layout)
+            progress=not args.quiet, label_layout=args.label_layout,
+            hierarchy=hierarchy)
     except AllImagesSkippedError as exc:
-        _print_summary(exc.summary)
+        _print_summary(exc.summary, hierarchy)
         _error(exc)
         return 1
-    except MakeRecordsError as exc:
+    except (MakeRecordsError, hierarchy_lib.HierarchyError) as exc:
         _error(exc)
         return 2
     except KeyboardInterrupt:
         _error('interrupted; finished shards are kept, rerun to complete the rest')
         return 130
-    _print_summary(summary)
+    _print_summary(summary, hierarchy)
     return 0
 
 

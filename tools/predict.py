@@ -17,6 +17,15 @@ train.py --mode predict; this file only parses the command line (extract_feature
 reuses its options). Images go through the original's inference preprocessing by default
 (--preprocess=original: shorter side 256, centre crop, OpenCV's bilinear), or train.py's
 evaluation crop (--preprocess=eval); a SavedModel has the one it was exported with.
+
+--hierarchy FILE (the ML-Images dictionary_and_semantic_hierarchy.txt, hierarchy.py) adds
+every listed class's path to the root (TSV column `path`, JSON field `path`), and with
+--consistent the scores are made consistent with the tree before top-k and the threshold:
+s'_c = max(s_c, max over the descendants d of c of s_d), so that an ancestor never scores
+below a descendant (the output says so: TSV starts with `# scores made consistent with
+FILE`, JSON objects have `consistent_with`). The same rule applies to the softmax
+probabilities of --single_label, which then no longer sum to 1. --format original keeps
+the original's text, which has no place for either: both are usage errors there.
 """
 import argparse
 import os
@@ -25,6 +34,8 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+import hierarchy as hierarchy_lib  # noqa: E402
 
 PROG = 'predict.py'
 DEFAULT_IMAGE_SIZE = 224
@@ -153,6 +164,18 @@ def build_parser():
                             'predictions of PATH is:" then "INDEX NAME: PROB" for the top-k '
                             'softmax probabilities (%%.3f), "open pic PATH failed" for an '
                             'image that cannot be read; list lines split on tabs')
+    group.add_argument('--hierarchy', metavar='FILE',
+                       help='the semantic hierarchy (dictionary_and_semantic_hierarchy.txt, '
+                            'one class per model class): list every class with its path to '
+                            'the root, "dog < canine < ... < object" (TSV column path, JSON '
+                            'field path); its names are the class names unless --class_dict '
+                            'gives others. Not with --format original')
+    group.add_argument('--consistent', action='store_true',
+                       help='with --hierarchy: before top-k and --threshold, raise every '
+                            'class\'s score to the highest score in its subtree, so that no '
+                            'ancestor scores below a descendant (also the softmax scores of '
+                            '--single_label); the output starts with "# scores made '
+                            'consistent with FILE" (TSV) or has "consistent_with" (JSON)')
     group.add_argument('-o', '--output', '--result', metavar='FILE', dest='output',
                        help='write here (under a temporary name, renamed when complete) '
                             'instead of stdout')
@@ -249,18 +272,35 @@ def main(argv=None):
         if (args.single_label or args.format == 'original') and args.threshold is not None:
             parser.error('--threshold is for multi-label scores, not --single_label or '
                          '--format original')
+        if args.consistent and not args.hierarchy:
+            parser.error('--consistent needs --hierarchy FILE (the tree to be consistent '
+                         'with)')
+        if args.format == 'original' and args.hierarchy:
+            parser.error('--hierarchy and --consistent are for --format tsv or jsonl; the '
+                         'original\'s text has no place for paths')
     except SystemExit as exc:  # --help, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 2
     threshold = None if args.single_label or args.format == 'original' else (
         0.5 if args.threshold is None else args.threshold)
+    try:
+        tree = hierarchy_lib.load(args.hierarchy) if args.hierarchy else None
+    except hierarchy_lib.HierarchyError as e:
+        error(e)
+        return 2
 
     def work(serving, predictor, images):
         inference_io = import_inference_io()
         load = (inference_io.load_original_class_names if args.format == 'original'
                 else inference_io.load_class_names)
         names = load(args.class_dict, predictor.class_num) if args.class_dict else None
+        if tree is not None:
+            if len(tree) != predictor.class_num:
+                raise serving.UsageError(hierarchy_lib.class_num_mismatch(
+                    tree, predictor.class_num, "the model's class count"))
+            names = names or [' '.join(name.split()) for name in tree.names]
         return serving.run_predict(predictor, images, args.output, args.format,
-                                   args.batch_size, args.top_k, threshold, names, PROG)
+                                   args.batch_size, args.top_k, threshold, names, PROG,
+                                   tree, args.consistent)
 
     result = with_predictor(args, work, error, args.top_k,
                             '\t' if args.format == 'original' else None)

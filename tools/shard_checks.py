@@ -9,6 +9,11 @@
 * statistics over every record whose label is valid: positives per class
   (label >= mask_thres) and the classes that never have one, the label-cardinality
   histogram (positives per image) and the number of -1 entries.
+* with a hierarchy (hierarchy.violations): the records and the (class, ancestor) pairs
+  where a positive class (label >= mask_thres) has an ancestor that is not positive
+  (0 <= label < mask_thres; an ignored ancestor is none), pairs counted per class; of
+  these, kept_pairs have an ancestor annotated below mask_thres (0 < label < mask_thres),
+  which closure keeps as annotated: violations(close(y)), the pairs a rebuild leaves.
 """
 import collections
 import os
@@ -17,6 +22,7 @@ import time
 
 import numpy as np
 
+import hierarchy as hierarchy_lib
 from tools import progress as _progress
 from tools.record_checks import (CHECKER_CRASH, CORRUPT_FILE, EMPTY_SHARD,
                                  UNREADABLE_FILE, check_record, op_error_text,
@@ -28,9 +34,12 @@ MAX_STORED_WARNINGS = 1000  # per file; counts stay exact (see check_file)
 class _FileStats(object):
     """Label statistics of one file; merged into the totals."""
 
-    def __init__(self, class_num, mask_thres):
+    def __init__(self, class_num, mask_thres, hierarchy=None):
         # Training compares float32 labels with a float32 threshold: 0.7 is a positive.
         self.mask_thres = np.float32(mask_thres)
+        self.hierarchy = hierarchy
+        self.unclosed_pairs = np.zeros(class_num, np.int64) if hierarchy else None
+        self.unclosed_records = self.kept_pairs = 0
         self.positives = np.zeros(class_num, np.int64)
         self.cardinality = np.zeros(1, np.int64)
         self.ignored = 0
@@ -46,6 +55,15 @@ class _FileStats(object):
         self.cardinality[count] += 1
         self.ignored += int((label == -1.0).sum())
         self.labelled += 1
+        if self.hierarchy is not None:
+            per_class, pairs = hierarchy_lib.violations(label, self.hierarchy,
+                                                        self.mask_thres)
+            self.unclosed_pairs += per_class
+            self.unclosed_records += pairs > 0
+            if pairs:
+                closed, _ = hierarchy_lib.close_labels(label, self.hierarchy)
+                self.kept_pairs += hierarchy_lib.violations(closed, self.hierarchy,
+                                                            self.mask_thres)[1]
 
 
 def _read_records(path):
@@ -65,27 +83,31 @@ def _record_size(length):
 
 
 def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
-               on_record=None):
+               on_record=None, hierarchy=None):
     """Check every record of one shard file and return its summary dict.
 
     decoder: as for check_record (None: this process's TensorFlow decoder).
     on_progress: called now and then with the number of records read since the last call.
     on_record: called with each record's index before it is checked (a worker notes
       where it is, so that the parent can name the record if the worker dies on it).
+    hierarchy: a hierarchy.Hierarchy of class_num classes, to count the labels that are
+      not closed under ancestors (module docstring); None: not counted.
 
     The dict: path, records (records read), bad (a list of dicts file, index, name,
     reasons, reason), warnings (dicts file, index, name, warning; at most
     MAX_STORED_WARNINGS kept), warning_count (exact), warning_kinds ({prefix: count}),
     corrupt (True when the file could not be read to its end), labelled_records (records
     with a valid label), positives (per class, label >= mask_thres), cardinality
-    (positives per image -> records, as a list), ignored_entries (-1 values), seconds.
+    (positives per image -> records, as a list), ignored_entries (-1 values), seconds,
+    unclosed_records, unclosed_pairs (per class; None without a hierarchy) and
+    kept_pairs (module docstring).
     A corrupt file has one bad entry with index = the first unreadable record and
     last_good_index = the record before it (-1: none).
     """
     tf = tf_graph_mode()
     start = time.monotonic()
     path = os.fspath(path)
-    stats = _FileStats(class_num, mask_thres)
+    stats = _FileStats(class_num, mask_thres, hierarchy)
     bad, warnings = [], []
     warning_kinds = collections.Counter()
     summary = {'path': path, 'records': 0, 'bad': bad, 'warnings': warnings,
@@ -148,6 +170,9 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
         'positives': stats.positives.tolist(),
         'cardinality': stats.cardinality.tolist(),
         'ignored_entries': stats.ignored,
+        'unclosed_records': stats.unclosed_records, 'kept_pairs': stats.kept_pairs,
+        'unclosed_pairs': (None if stats.unclosed_pairs is None
+                           else stats.unclosed_pairs.tolist()),
         'seconds': time.monotonic() - start,
     })
     return summary
@@ -175,7 +200,9 @@ def crashed_file(path, exitcode, index, last_output):
                      'reasons': [reason], 'reason': reason}],
             'warnings': [], 'warning_count': 0, 'warning_kinds': {},
             'labelled_records': 0, 'positives': None, 'cardinality': [0],
-            'ignored_entries': 0, 'seconds': 0.0}
+            'ignored_entries': 0, 'unclosed_records': 0, 'unclosed_pairs': None,
+            'kept_pairs': 0,
+            'seconds': 0.0}
 
 
 
@@ -205,3 +232,22 @@ def totals(per_file, class_num):
         'never_positive': np.flatnonzero(positives == 0).tolist(),
         'cardinality': cardinality.tolist(),
     }
+
+
+def hierarchy_totals(per_file, hierarchy, worst=10):
+    """The closure counts over check_file summaries made with a hierarchy: file, records
+    (with at least one unclosed pair), pairs, kept_pairs (those closure cannot fill: the
+    ancestor is annotated below mask_thres), classes (with a pair), per_class (pairs by
+    positive class) and worst (the `worst` classes with most pairs: class, name, pairs)."""
+    pairs = np.zeros(len(hierarchy), np.int64)
+    for summary in per_file:
+        if summary['unclosed_pairs'] is not None:
+            pairs += np.asarray(summary['unclosed_pairs'], np.int64)
+    ranked = [int(c) for c in np.argsort(-pairs, kind='stable')[:worst] if pairs[c]]
+    return {'file': hierarchy.path,
+            'records': sum(s['unclosed_records'] for s in per_file),
+            'pairs': int(pairs.sum()), 'kept_pairs': sum(s['kept_pairs'] for s in per_file),
+            'classes': int((pairs > 0).sum()),
+            'per_class': pairs.tolist(),
+            'worst': [{'class': c, 'name': hierarchy.names[c], 'pairs': int(pairs[c])}
+                      for c in ranked]}
