@@ -9,6 +9,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
+import file_db
 import input_pipeline
 import records as records_lib
 from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, run_session, \
@@ -124,7 +125,9 @@ def test_one_shard_per_list_from_directory_with_start_index(images, tmp_path):
     summary = mt.build_records(str(lists), str(images), str(out), split='val',
                                class_num=CLASS_NUM, start_index=5, workers=1,
                                progress=False)
-    assert sorted(os.listdir(out / 'val')) == ['5.tfrecords', '6.tfrecords']
+    assert sorted(os.listdir(out / 'val')) == ['5.tfrecords', '6.tfrecords', 'records.txt']
+    # The records of each shard, for the training log's epochs.
+    assert (out / 'val' / 'records.txt').read_text() == '5.tfrecords 1\n6.tfrecords 2\n'
     assert summary['shards_written'] == [str(out / 'val' / '5.tfrecords'),
                                          str(out / 'val' / '6.tfrecords')]
     assert (out / 'val_report.txt').exists()
@@ -164,6 +167,7 @@ def test_rerun_skips_existing_shards_and_overwrite_rewrites(images, tmp_path, ca
     past = 1_000_000_000
     os.utime(shard0, (past, past))
     os.remove(out / 'train' / '1.tfrecords')
+    os.remove(out / 'train' / 'records.txt')  # as after a run killed before its end
     stale = out / 'train' / '1.tfrecords.tmp-999999'
     stale.write_bytes(b'half a shard')
     capsys.readouterr()
@@ -174,7 +178,10 @@ def test_rerun_skips_existing_shards_and_overwrite_rewrites(images, tmp_path, ca
     assert summary['shards_skipped'] == [str(shard0)]
     assert summary['shards_written'] == [str(out / 'train' / '1.tfrecords')]
     assert summary['images_written'] == 1
-    assert sorted(os.listdir(out / 'train')) == ['0.tfrecords', '1.tfrecords']
+    assert sorted(os.listdir(out / 'train')) == ['0.tfrecords', '1.tfrecords', 'records.txt']
+    # The skipped shard, never listed (its count file was removed), was counted by reading.
+    assert file_db.read_counts(str(out / 'train')) == {
+        '0.tfrecords': len(_records(shard0)), '1.tfrecords': 1}
 
     summary = mt.build_records([str(lst_a), str(lst_b)], str(images), str(out),
                                overwrite=True, **kwargs)
@@ -213,7 +220,7 @@ def test_two_workers_write_the_same_records_as_one(images, tmp_path):
                                    class_num=CLASS_NUM, workers=workers, progress=False)
         assert summary['images_written'] == 11 and summary['images_skipped'] == 5
         shards[workers] = {n: [r.SerializeToString() for r in _records(out / 'train' / n)]
-                           for n in sorted(os.listdir(out / 'train'))}
+                           for n in sorted(os.listdir(out / 'train')) if n != 'records.txt'}
         report = (out / 'train_report.txt').read_text()
         shards[workers]['report'] = report.replace(str(out), '')
     assert sorted(shards[1]) == ['0.tfrecords', '1.tfrecords', '2.tfrecords', 'report']
@@ -248,7 +255,7 @@ def test_cli_with_original_options_skips_bad_images(images, tmp_path):
     result = _run_cli('-idx', lists, '-tfs', out, '-im', images, '-cls', CLASS_NUM,
                       '-sidx', 3, '-one', 'True', '--workers', 1)
     assert result.returncode == 0, result.stderr
-    assert os.listdir(out / 'train') == ['3.tfrecords']
+    assert sorted(os.listdir(out / 'train')) == ['3.tfrecords', 'records.txt']
     assert len(_records(out / 'train' / '3.tfrecords')) == 7
     assert 'images written: 7' in result.stdout
     assert 'images skipped: 4' in result.stdout

@@ -30,6 +30,9 @@ def test_train_three_steps_then_resume_to_the_same_global_step(dataset, tmp_path
     assert values['global_step'] == 3
     assert values['pos_count'][0] == 3  # class 0 is in every batch
     assert values['pos_count'].shape == (CLASSES,)
+    # The builder's records.txt lets the log say what --max_iter means: 3 x 4 / 12 records.
+    assert 'global batch 4 images a global step; --max_iter=3 steps make 1.00 epochs of the ' \
+        '12 training records' in first.stderr
 
     scalars = scalar_tags(model_dir)
     assert {'learning_rate', 'cross_entropy', 'train_accuracy', 'loss'} <= set(scalars)

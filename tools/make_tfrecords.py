@@ -276,6 +276,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     if tasks:
         meter.finish(images_written + len(skipped), len(skipped))
     shards_empty = [r['path'] for r in results if not r['written']]
+    shards.record_counts(split_dir, {r['path']: r['written'] for r in results})
     for path in shards_empty:
         note('shard %s would be empty (no readable image); not written'
              % os.path.basename(path))

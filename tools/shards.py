@@ -89,3 +89,19 @@ def write_text_atomically(path, lines):
         for line in lines:
             f.write(line + '\n')
     os.replace(tmp_path, path)
+
+
+def record_counts(split_dir, written):
+    """Adds the shards of this run to <split_dir>/records.txt (file_db.write_counts):
+    `written` = {path: records}, plus any shard of the directory not listed yet (a killed
+    run's finished shard, which a rerun skips), counted by reading it."""
+    import file_db
+    import tensorflow.compat.v1 as tf
+    counts = {os.path.basename(path): n for path, n in written.items() if n}
+    listed = file_db.read_counts(split_dir)
+    for name in os.listdir(split_dir):
+        if name.endswith(SHARD_SUFFIX) and name not in listed and name not in counts:
+            counts[name] = sum(1 for _ in tf.io.tf_record_iterator(
+                os.path.join(split_dir, name)))
+    if counts:
+        file_db.write_counts(split_dir, counts)
