@@ -53,6 +53,31 @@ def check_tensorflow(program, version):
              '(the last with tf.estimator); %s' % (version, INSTALL))
 
 
+TENSORFLOW_DISTRIBUTIONS = ('tensorflow', 'tensorflow-cpu', 'tensorflow-intel',
+                            'tensorflow-macos', 'tensorflow-gpu')
+
+
+def installed_tensorflow():
+    """The installed TensorFlow's version by its package metadata (no import), or None."""
+    from importlib import metadata
+    for name in TENSORFLOW_DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_versions(program):
+    """The tools' check at start, without importing TensorFlow: exits with status 2 and
+    one line on an unsupported Python or a missing or other TensorFlow."""
+    check_python(program)
+    version = installed_tensorflow()
+    if version is None:
+        fail(program, 'TensorFlow is not installed; %s' % INSTALL)
+    check_tensorflow(program, version)
+
+
 class _Quiet(logging.Filter):
     def filter(self, record):
         message = record.getMessage()

@@ -91,3 +91,14 @@ def test_a_run_logs_one_line_an_interval_and_no_start_up_chatter(tmp_path):
                        '--resnet_size=18', '--image_size=32', '--batch_size=2',
                        '--max_iter=2', '--log_interval=1', '--data_format=NHWC', '--verbose')
     assert verbose.returncode == 0 and 'loss = ' in verbose.stderr
+
+
+def test_tools_check_the_installed_tensorflow_without_importing_it(monkeypatch, capsys):
+    assert startup.installed_tensorflow().startswith('2.15.')
+    startup.check_versions('predict.py')
+    monkeypatch.setattr(startup, 'installed_tensorflow', lambda: None)
+    with pytest.raises(SystemExit) as stop:
+        startup.check_versions('predict.py')
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == ('predict.py: error: TensorFlow is not installed; '
+                                       'pip install -r requirements.txt (tensorflow==2.15.1)\n')

@@ -45,6 +45,8 @@ if _ROOT not in sys.path:
 
 import numpy as np  # noqa: E402
 
+import startup  # noqa: E402
+
 PROG = 'benchmark.py'
 PIPELINES = ('input_fn(cpu)', 'input_fn(device)', 'spec_literal', 'floor')
 SHARD_DIR_PREFIX = os.path.join(tempfile.gettempdir(), 'ml_images_benchmark_shards')
@@ -399,6 +401,7 @@ def build_parser():
 
 
 def main(argv=None):
+    startup.check_versions('benchmark.py')
     args = build_parser().parse_args(argv)
     flags = os.environ.get('TF_XLA_FLAGS', '')
     if '--tf_xla_cpu_global_jit' not in flags:

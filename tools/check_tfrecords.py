@@ -41,6 +41,7 @@ if _ROOT not in sys.path:
 
 import file_db  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402
+import startup  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shard_checks  # noqa: E402
@@ -344,6 +345,7 @@ def load_hierarchy(path, class_num):
 
 def main(argv=None):
     """Command-line entry point; returns the exit status (0 ok, 1 bad data, 2 usage)."""
+    startup.check_versions('check_tfrecords.py')
     common.quiet_tensorflow()
     parser = build_parser()
     try:

@@ -25,6 +25,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+import startup  # noqa: E402
 from tools import predict as _predict  # noqa: E402
 
 PROG = 'extract_features.py'
@@ -63,6 +64,7 @@ def error(message):
 
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
+    startup.check_versions('extract_features.py')
     parser = build_parser()
     try:
         args = parser.parse_intermixed_args(argv)

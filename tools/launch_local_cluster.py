@@ -45,6 +45,10 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script: python tools/launch_local_cluster.py
+    sys.path.insert(0, ROOT)
+import startup  # noqa: E402
+
 PROGRAM = 'launch_local_cluster.py'
 
 
@@ -282,6 +286,7 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
 
 
 def main(argv=None):
+    startup.check_versions('launch_local_cluster.py')
     argv = sys.argv[1:] if argv is None else argv
     in_namespace = bool(argv) and argv[0] == ISOLATED_MARK
     if in_namespace:

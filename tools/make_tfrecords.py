@@ -51,6 +51,7 @@ if _ROOT not in sys.path:  # run as a script: python tools/make_tfrecords.py
     sys.path.insert(0, _ROOT)
 
 import hierarchy as hierarchy_lib  # noqa: E402
+import startup  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shards  # noqa: E402
@@ -414,6 +415,7 @@ def _print_summary(summary, hierarchy=None):
 
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
+    startup.check_versions('make_tfrecords.py')
     try:
         # intermixed: list files may come after options, as in "-cls 5 a.txt b.txt"
         args = build_parser().parse_intermixed_args(argv)

@@ -36,6 +36,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import hierarchy as hierarchy_lib  # noqa: E402
+import startup  # noqa: E402
 
 PROG = 'predict.py'
 DEFAULT_IMAGE_SIZE = 224
@@ -265,6 +266,7 @@ def with_predictor(args, work, error, top_k=5, list_separator=None):
 
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
+    startup.check_versions('predict.py')
     parser = build_parser()
     try:
         args = parser.parse_intermixed_args(argv)
