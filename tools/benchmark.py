@@ -31,6 +31,8 @@ batches dropped, then --seconds of batches), the order rotating from turn to tur
 the table shows medians over --repeats turns; a ratio is the median of the per-turn
 ratios. Shards are made once (photograph-like 500x375 JPEGs of quality 90, soft labels
 over 11,166 classes, written by tools/make_tfrecords.py) and reused from --shard_dir.
+--photos / --coverage: photo-size records instead (1-10 MP, before and after
+convert_tfrecords.py --short_side) and the crop resolution the network sees (tools/photos.py).
 """
 import argparse
 import glob
@@ -44,6 +46,8 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import numpy as np  # noqa: E402
+
+from tools import photos  # noqa: E402
 
 PROG = 'benchmark.py'
 PIPELINES = ('input_fn(cpu)', 'input_fn(device)', 'spec_literal', 'floor')
@@ -395,6 +399,7 @@ def build_parser():
     step.add_argument('--step_seconds', type=float, default=10.0)
     step.add_argument('--step_repeats', type=int, default=3)
     step.add_argument('--step_warmup', type=int, default=1)
+    photos.add_arguments(parser)
     return parser
 
 
@@ -407,6 +412,8 @@ def main(argv=None):
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
     tf = _tf()
     tf.logging.set_verbosity(tf.logging.ERROR)
+    if args.photos or args.coverage:
+        return photos.main(args)
     if args.files:
         files = sorted(glob.glob(args.files))
         if not files:
