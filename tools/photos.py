@@ -185,9 +185,11 @@ def make_photo_shards(shard_dir, num_images, class_num, num_shards=4, quality=90
 
 
 def converted(split_dir, short_side):
-    """convert_tfrecords.py --short_side N of split_dir into <split_dir>_<N> (reused)."""
+    """convert_tfrecords.py --short_side N of <set>/<split> into <set>_short<N>/<split>
+    (reused when it exists)."""
     from tools import convert_tfrecords
-    out_dir = '%s_%d' % (split_dir.rstrip(os.sep), short_side)
+    set_dir, split = os.path.split(split_dir.rstrip(os.sep))
+    out_dir = os.path.join('%s_short%d' % (set_dir, short_side), split)
     convert_tfrecords.convert(split_dir, out_dir, short_side=short_side, progress=False)
     return out_dir
 
