@@ -93,3 +93,19 @@ def test_coverage_cli_prints_the_table():
     assert lines[0].startswith('crop coverage') and 'train 16:9' in lines[1]
     assert len([l for l in lines if l.strip().startswith(('224 ', '299 ', '320 '))]) == \
         3 * (1 + len(photos.SHORT_SIDES))
+
+
+@pytest.mark.slow
+def test_photos_benchmark_runs_end_to_end(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'tools', 'benchmark.py'), '--photos',
+         '--shard_dir', str(tmp_path), '--num_photos', '4', '--num_images', '8',
+         '--class_num', '50', '--batch_size', '2', '--shuffle_buffer', '4', '--seconds',
+         '0.2', '--repeats', '1', '--warmup_batches', '1', '--short_side', '300'],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for text in ('cpu photos@300', 'device imagenet@300', 'images/s/core',
+                 'cores needed to feed 1 and 8 GPUs at 2375', 'photos / photos@300'):
+        assert text in result.stdout, (text, result.stdout)
+    assert os.path.isdir(str(tmp_path / 'photos_short300' / 'train'))
