@@ -101,6 +101,12 @@ def class_index_label(index, class_num):
         return tf.one_hot(index, class_num, dtype=tf.float32)
 
 
+def parse_fields(value, names):
+    """{name: tensor} of the named fields of the dense schema (RECORD_FEATURES) of one
+    serialized record, for code that needs only those (the benchmark's pipelines)."""
+    return tf.parse_single_example(value, {name: RECORD_FEATURES[name] for name in names})
+
+
 def parse_record(value, is_training, image_size, class_num, object_cover=0.7,
                  area_cover=0.7, label_type='multi', augment_on='cpu'):
     """A serialized tf.train.Example -> (image [S, S, 3] in [-1, 1], label [class_num]).

@@ -1,23 +1,12 @@
-"""tools/benchmark.py: its synthetic photographs and labels, and a whole run (no timings
-are asserted)."""
+"""tools/benchmark.py: a whole run (no timings are asserted)."""
+import glob
 import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from helpers import ROOT, encode_pixels as encode
-
-
-def test_benchmark_images_are_photograph_sized_jpegs():
-    from tools import benchmark
-    pixels = benchmark.photo_like(np.random.default_rng(0))
-    assert pixels.shape == (375, 500, 3) and pixels.dtype == np.uint8
-    size = len(encode(pixels, quality=90))
-    assert 50000 < size < 200000  # ImageNet-like bits per pixel, not noise, not flat
-    tokens = benchmark.soft_labels(np.random.default_rng(1), 11166)
-    assert 1 <= len(tokens) <= 9 and all(':' in t for t in tokens)
+from helpers import ROOT
 
 
 @pytest.mark.slow
@@ -35,4 +24,4 @@ def test_benchmark_runs_end_to_end_and_prints_the_table(tmp_path):
     for name in ('input_fn(cpu)', 'input_fn(device)', 'spec_literal', 'floor', 'synthetic',
                  'usable cores', 'cores busy'):
         assert name in result.stdout, (name, result.stdout)
-    assert len(os.listdir(str(tmp_path / 'shards' / 'train'))) == 4
+    assert len(glob.glob(str(tmp_path / 'shards' / 'train' / '*.tfrecords'))) == 4

@@ -305,6 +305,7 @@ def test_cli_bad_input_exits_2_and_writes_nothing(images, tmp_path, lines, extra
     (['--num_shards', '0', 'LIST'], 'num_shards must be > 0'),
     (['--list_dir', 'nowhere'], 'no such list directory: nowhere'),
     (['--list_dir', 'LISTDIR', 'LIST'], 'not both'),
+    (['--short_side', '-1', 'LIST'], 'argument --short_side: must be >= 0'),
 ])
 def test_cli_bad_arguments_exit_2(images, tmp_path, args, expected):
     lst = _write(tmp_path / 'a.txt', ['rgb.jpg 1'])
@@ -316,6 +317,27 @@ def test_cli_bad_arguments_exit_2(images, tmp_path, args, expected):
     assert result.stderr.count('\n') == 1, result.stderr
     assert expected in result.stderr
     assert not out.exists()
+
+
+def test_short_side_downscales_big_images_and_keeps_small_ones(images, tmp_path):
+    from helpers import smooth_pixels
+    Image.fromarray(smooth_pixels(600, 800)).save(str(tmp_path / 'big.jpg'), quality=90)
+    for name in ('rgb.jpg', 'alpha.png'):
+        (tmp_path / name).write_bytes((images / name).read_bytes())
+    lst = _write(tmp_path / 'a.txt', ['big.jpg 1', 'rgb.jpg 2', 'alpha.png 3'])
+    for short_side in (0, 200):
+        mt.build_records([str(lst)], str(tmp_path), str(tmp_path / str(short_side)),
+                         class_num=CLASS_NUM, workers=1, progress=False,
+                         short_side=short_side)
+    plain = [_features(e) for e in _records(tmp_path / '0' / 'train' / '0.tfrecords')]
+    small = [_features(e) for e in _records(tmp_path / '200' / 'train' / '0.tfrecords')]
+    for f in plain + small:  # width/height describe the stored image
+        assert Image.open(io.BytesIO(f['image'])).size == (f['width'], f['height'])
+    assert plain[0]['image'] == (tmp_path / 'big.jpg').read_bytes()
+    assert len(plain) == len(small) == 3
+    assert (small[0]['width'], small[0]['height']) == (267, 200)
+    assert [f['image'] for f in small[1:]] == [f['image'] for f in plain[1:]]
+    assert [f['label'].tolist() for f in small] == [f['label'].tolist() for f in plain]
 
 
 SPARSE_CLASSES = 7

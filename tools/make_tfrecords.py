@@ -10,8 +10,8 @@ Every image becomes one `tf.train.Example` with exactly these features:
     image   bytes   the encoded JPEG: RGB or grey JPEG files byte for byte, anything else
                     converted to RGB and re-encoded with --jpeg_quality (images.py)
     label   bytes   little-endian float32 array of length --class_num (np '<f4' bytes)
-    width   int64   width of the decoded image (Pillow's size, EXIF orientation ignored)
-    height  int64   height of the decoded image
+    width   int64   width of the stored image (Pillow's size, EXIF orientation ignored)
+    height  int64   height of the stored image
     name    bytes   the image's path exactly as written in the list (UTF-8)
 
 With --label_layout sparse the label is stored compactly instead of `label`:
@@ -26,6 +26,11 @@ label is 44,664 bytes a record, the sparse one a few dozen.
 Shards are written to `<out_dir>/<split>/<N>.tfrecords`, either one per list file
 (list k -> shard start_index + k, as the original ML-Images tfrecord.py did), or, with
 --num_shards K and a single list, with the lines dealt round-robin into K shards.
+With --short_side N (default 0: off) an image whose shorter side exceeds N is stored
+downscaled to N, aspect kept, antialiased, re-encoded with --jpeg_quality (images.py has
+the resampling); smaller images are stored as without the flag. A 10 MP photo then costs
+the input pipeline what an ImageNet one does (docs/photos.md).
+
 Images that are missing or that Pillow cannot decode are skipped and listed in a report
 file. Every list is validated completely before anything is written. A shard is written
 under a temporary name and renamed when complete; a rerun skips finished shards
@@ -102,7 +107,8 @@ def _write_shard(task, on_progress=None):
                 continue
             try:
                 data, width, height = load_image(
-                    os.path.join(task['image_root'], image), task['jpeg_quality'])
+                    os.path.join(task['image_root'], image), task['jpeg_quality'],
+                    task.get('short_side', 0))
             except BadImageError as exc:
                 skipped.append((task['list'], lineno, image, str(exc)))
                 pending_skipped += 1
@@ -169,7 +175,7 @@ class _Progress(_progress.ProgressLine):
 def build_records(lists, image_root, out_dir, split='train', class_num=None,
                   num_shards=None, start_index=0, workers=None, report_path=None,
                   jpeg_quality=95, overwrite=False, progress=True, label_layout='dense',
-                  hierarchy=None):
+                  hierarchy=None, short_side=0):
     """Write the TFRecord shards of `lists` to `<out_dir>/<split>/` and return a summary.
 
     lists: a list file, a directory of lists (its regular files, sorted by name), or a
@@ -187,6 +193,8 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
       label/value, see the module docstring).
     hierarchy: a hierarchy.Hierarchy of class_num classes: close the labels under
       ancestors (module docstring); None writes them as listed.
+    short_side: > 0 stores images whose shorter side exceeds it downscaled to it
+      (images.downscale); 0 keeps every image as it is.
 
     Every list is validated before anything is written. Raises InputError or
     ListFormatError for bad input (nothing is created then) and AllImagesSkippedError
@@ -214,6 +222,8 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     if label_layout not in LABEL_LAYOUTS:
         raise InputError('label_layout must be one of %s, got %r'
                          % ('/'.join(LABEL_LAYOUTS), label_layout))
+    if short_side < 0:
+        raise InputError('short_side must be >= 0, got %d' % short_side)
     if not 1 <= jpeg_quality <= 100:
         raise InputError('jpeg_quality must be in [1, 100], got %d' % jpeg_quality)
     if hierarchy is not None and len(hierarchy) != class_num:
@@ -260,7 +270,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
               'stride': stride, 'offset': offset, 'count': count,
               'class_num': class_num, 'image_root': image_root,
               'jpeg_quality': jpeg_quality, 'label_layout': label_layout,
-              'hierarchy': hierarchy}
+              'hierarchy': hierarchy, 'short_side': short_side}
              for k, (shard_path, (path, stride, offset, count))
              in enumerate(zip(paths, plan)) if shard_path in set(to_write)]
 
@@ -371,7 +381,13 @@ def build_parser():
                              '(default: <out_dir>/<split>_report.txt)')
     parser.add_argument('--jpeg_quality', type=int, default=95, metavar='Q',
                         help='JPEG quality for images that must be re-encoded: non-JPEG '
-                             'files and CMYK/YCCK JPEGs (default: 95)')
+                             'files, CMYK/YCCK JPEGs and downscaled images (default: 95)')
+    parser.add_argument('--short_side', type=common.non_negative_int, default=0,
+                        metavar='N',
+                        help='store an image whose shorter side exceeds N downscaled to N '
+                             '(aspect kept, antialiased, re-encoded at --jpeg_quality); '
+                             'smaller images as they are. 0 = off, every image byte for '
+                             'byte (default). 320 suits --image_size 224 (docs/photos.md)')
     parser.add_argument('--label_layout', choices=LABEL_LAYOUTS, default='dense',
                         help='dense: the label as class_num float32 bytes (the original\'s, read by '
                              'the original program; default). sparse: label/index + '
@@ -437,7 +453,7 @@ def main(argv=None):
             workers=args.workers, report_path=args.report,
             jpeg_quality=args.jpeg_quality, overwrite=args.overwrite,
             progress=not args.quiet, label_layout=args.label_layout,
-            hierarchy=hierarchy)
+            hierarchy=hierarchy, short_side=args.short_side)
     except AllImagesSkippedError as exc:
         _print_summary(exc.summary, hierarchy)
         _error(exc)
