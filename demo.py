@@ -31,7 +31,7 @@ SETTINGS = {
     'class_num': len(CLASSES), 'resnet_size': 18, 'image_size': 48, 'batch_size': 16,
     # The weighted loss sums over classes with positive weight 12, so a logit's gradient is
     # up to ~150x a mean sigmoid loss's: a small learning rate (the measurements behind
-    # these settings are in README, The demo). A short run needs fast batch-norm averages
+    # these settings are in docs/demo.md). A short run needs fast batch-norm averages
     # for its evaluation.
     'lr': 0.001, 'batch_norm_decay': 0.9, 'weight_decay': 1e-4, 'max_iter': 1200,
     # Summaries every step: the learning curve (and the first / last 10 % comparison

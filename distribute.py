@@ -20,8 +20,9 @@ explicit arguments (only train.py reads the flags):
   of replicas, and by the model for the reported cross_entropy (`all_reduce_mean`).
 
 Batch size: `--batch_size` is per replica (per GPU, as in the original's launch scripts):
-one synchronous step consumes batch_size x num_gpus images, or batch_size x workers with
-collective (one device a worker).
+one synchronous step consumes batch_size x num_gpus images, or batch_size x num_gpus x
+workers with collective (each worker replicates over exactly its --num_gpus GPUs; a
+ps-mode worker trains on one device).
 """
 import json
 import os
@@ -121,7 +122,7 @@ def resolve_distribution(distribution, task, num_gpus):
         return 'none'
     if task is None:
         raise ConfigError('--distribution=%s needs a TF_CONFIG environment variable (see '
-                          'README, "Several workers")' % distribution)
+                          'docs/distributed.md)' % distribution)
     if distribution == 'ps' and not task.cluster.get('ps'):
         raise ConfigError('--distribution=ps needs ps tasks in TF_CONFIG\'s cluster')
     if distribution == 'ps' and not task.cluster.get('chief'):
@@ -131,9 +132,11 @@ def resolve_distribution(distribution, task, num_gpus):
                           'tasks')
     if distribution == 'collective' and task.type == 'ps':
         raise ConfigError('--distribution=collective has no ps tasks')
-    if num_gpus != 1:
-        raise ConfigError('--num_gpus=%d with --distribution=%s is not implemented: a worker '
-                          'of a cluster trains on one device' % (num_gpus, distribution))
+    if num_gpus != 1 and distribution == 'ps':
+        # The Estimator's parameter-server training takes no strategy inside a worker.
+        raise ConfigError('--num_gpus=%d with --distribution=ps is not implemented: a ps-mode '
+                          'worker trains on one device (use --distribution=collective for '
+                          'several GPUs a worker, or one worker a GPU)' % num_gpus)
     return distribution
 
 
@@ -308,8 +311,10 @@ def synchronized_variable_args():
 
 def describe_devices(plan, batch_size):
     """One line on devices and batch sizes, for the log."""
+    strategy = ('MultiWorkerMirroredStrategy' if plan.distribution == 'collective'
+                else 'MirroredStrategy')
     line = '%d device%s, batch %d per replica, %d images a step of this process' % (
-        plan.replicas, '' if plan.replicas == 1 else 's (MirroredStrategy)', batch_size,
+        plan.replicas, '' if plan.replicas == 1 else 's (%s)' % strategy, batch_size,
         plan.images_per_step)
     if plan.distribution == 'collective':
         line += ', %d a synchronous step of the %d workers' % (plan.images_per_global_step,

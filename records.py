@@ -60,7 +60,7 @@ def record_label(parsed, class_num):
     same number of each, every index in [0, class_num)); anything else is an error.
 
     Both layouts are computed (the absent one is empty) instead of a tf.cond, which costs
-    more CPU a record in a tf.data function (see README, Performance).
+    more CPU a record in a tf.data function (see docs/performance.md).
     """
     dense = tf.io.decode_raw(parsed['label'], tf.float32, little_endian=True)
     index, value = parsed[LABEL_INDEX].values, parsed[LABEL_VALUE].values

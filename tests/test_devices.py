@@ -145,3 +145,17 @@ def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
         assert {'RGBToHSV', 'HSVToRGB', 'DynamicPartition', 'DynamicStitch'} <= kept_out, kept_out
         convs = [op for op in graph.get_operations() if op.type == 'Conv2D']
         assert convs and not any('_XlaCompile' in op.node_def.attr for op in convs)
+
+
+def test_collective_workers_may_have_several_gpus_ps_workers_one():
+    environ = {'TF_CONFIG': json.dumps({
+        'cluster': {'chief': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2']},
+        'task': {'type': 'worker', 'index': 0}})}
+    plan = distribute.plan('collective', 8, 1, 0, 64, gpu_count=8, environ=environ)
+    assert (plan.replicas, plan.images_per_step, plan.images_per_global_step) == (8, 512, 1024)
+    assert 'MultiWorkerMirroredStrategy' in distribute.describe_devices(plan, 64)
+    environ_ps = {'TF_CONFIG': json.dumps({
+        'cluster': {'chief': ['127.0.0.1:1'], 'ps': ['127.0.0.1:3']},
+        'task': {'type': 'chief', 'index': 0}})}
+    with pytest.raises(distribute.ConfigError, match='--num_gpus=2 with --distribution=ps'):
+        distribute.plan('ps', 2, 1, 0, 64, gpu_count=8, environ=environ_ps)

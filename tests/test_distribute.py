@@ -168,7 +168,7 @@ def test_cluster_flag_errors_are_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         'train.py: error: --distribution=ps needs a TF_CONFIG environment variable (see '
-        'README, "Several workers")')
+        'docs/distributed.md)')
     result = run_train('--data_dir=' + str(tmp_path), '--num_gpus=2',
                        '--model_dir=' + str(tmp_path / 'm'))
     assert result.returncode == 2
