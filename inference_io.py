@@ -33,17 +33,22 @@ def list_file_entries(list_file, image_root=None):
     the first whitespace-separated field of a line without tabs, so the image lists of the
     record builder (with their labels) work as they are. Relative paths are taken relative
     to image_root (default: the current directory); the name is the path as written."""
+    entries = []
+    for line in _list_lines(list_file, comments=True):
+        name = line.split('\t', 1)[0].strip() if '\t' in line else line.split()[0]
+        entries.append((name, os.path.join(image_root, name) if image_root else name))
+    return entries
+
+
+def _list_lines(list_file, comments):
+    """The non-blank lines of an image list (without their line ends; lines starting with
+    '#' left out when `comments`); UsageError when the file does not exist."""
     if not os.path.isfile(list_file):
         raise UsageError('image list %s does not exist' % list_file)
-    entries = []
     with open(list_file, encoding='utf-8', errors='surrogateescape') as f:
-        for line in f:
-            line = line.rstrip('\r\n')
-            if not line.strip() or line.lstrip().startswith('#'):
-                continue
-            name = line.split('\t', 1)[0].strip() if '\t' in line else line.split()[0]
-            entries.append((name, os.path.join(image_root, name) if image_root else name))
-    return entries
+        lines = [line.rstrip('\r\n') for line in f]
+    return [line for line in lines
+            if line.strip() and not (comments and line.lstrip().startswith('#'))]
 
 
 class ListEntry(str):
@@ -61,17 +66,11 @@ def original_list_entries(list_file, separator, image_root=None):
     line.split(separator) -- ' ' for extract_feature.py (`path label`), '\t' for
     image_classification.py -- the path is the first field, the second is kept
     (entry.second, '' when the line has none)."""
-    if not os.path.isfile(list_file):
-        raise UsageError('image list %s does not exist' % list_file)
     entries = []
-    with open(list_file, encoding='utf-8', errors='surrogateescape') as f:
-        for line in f:
-            line = line.rstrip('\r\n')
-            if not line.strip():
-                continue
-            fields = line.split(separator)
-            name = ListEntry(fields[0], fields[1] if len(fields) > 1 else '')
-            entries.append((name, os.path.join(image_root, name) if image_root else name))
+    for line in _list_lines(list_file, comments=False):
+        fields = line.split(separator)
+        name = ListEntry(fields[0], fields[1] if len(fields) > 1 else '')
+        entries.append((name, os.path.join(image_root, name) if image_root else name))
     return entries
 
 

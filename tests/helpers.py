@@ -168,7 +168,8 @@ def write_mixed_shards(root, class_num):
                                           np.eye(class_num)[0], 30, 20, 'raw.png')
     with tf.io.TFRecordWriter(os.path.join(directory, '2.tfrecords')) as writer:
         writer.write(example.SerializeToString())
-    return sorted(os.path.join(directory, n) for n in os.listdir(directory))
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                  if n.endswith('.tfrecords'))
 
 
 # Records for the checker tests: CHECK_CLASSES classes, noise images.

@@ -156,32 +156,11 @@ def format_coverage(rows, samples):
 def make_photo_shards(shard_dir, num_images, class_num, num_shards=4, quality=90, seed=0,
                       sizes=PHOTO_SIZES):
     """<shard_dir>/train/N.tfrecords of photo_like images cycling through `sizes`, written
-    by make_tfrecords.py (byte for byte); reused when they exist."""
-    from PIL import Image
-    from tools import make_tfrecords, pipelines
-    split_dir = os.path.join(shard_dir, 'train')
-    if os.path.isdir(split_dir) and len(os.listdir(split_dir)) == num_shards:
-        return split_dir
-    rng = np.random.default_rng(seed)
-    image_dir = os.path.join(shard_dir, 'images')
-    os.makedirs(image_dir, exist_ok=True)
-    lists = [os.path.join(shard_dir, 'list_%d.txt' % k) for k in range(num_shards)]
-    handles = [open(path, 'w') for path in lists]
-    for i in range(num_images):
-        width, height = sizes[i % len(sizes)]
-        name = '%05d.jpg' % i
-        Image.fromarray(pipelines.photo_like(rng, height, width)).save(
-            os.path.join(image_dir, name), quality=quality)
-        handles[i % num_shards].write('%s\t%s\n' % (name, '\t'.join(
-            pipelines.soft_labels(rng, class_num))))
-        sys.stderr.write('\r%s: %d/%d photos (%dx%d)' % (PROG, i + 1, num_images, width,
-                                                         height))
-    for handle in handles:
-        handle.close()
-    make_tfrecords.build_records(lists, image_dir, shard_dir, split='train',
-                                 class_num=class_num, progress=False)
-    sys.stderr.write('\n')
-    return split_dir
+    by make_tfrecords.py (byte for byte); reused when they exist. Returns the split dir."""
+    from tools import pipelines
+    return os.path.dirname(pipelines.make_shards(shard_dir, num_images, num_shards,
+                                                 class_num, quality, seed=seed,
+                                                 sizes=sizes)[0])
 
 
 def converted(split_dir, short_side):

@@ -79,9 +79,10 @@ def soft_labels(rng, class_num):
 
 
 def make_shards(shard_dir, num_images=384, num_shards=4, class_num=11166, quality=90,
-                label_layout='dense', seed=0):
+                label_layout='dense', seed=0, sizes=((500, 375),)):
     """Writes <shard_dir>/train/N.tfrecords through tools/make_tfrecords.py (JPEG files
-    and image lists first); reuses shards that exist. Returns the shard paths."""
+    of photo_like images, cycling through the (width, height) `sizes`, and image lists
+    first); reuses shards that exist. Returns the shard paths."""
     from PIL import Image
     from tools import make_tfrecords
     split_dir = os.path.join(shard_dir, 'train')
@@ -96,11 +97,12 @@ def make_shards(shard_dir, num_images=384, num_shards=4, class_num=11166, qualit
     start = time.monotonic()
     for i in range(num_images):
         name = '%05d.jpg' % i
-        Image.fromarray(photo_like(rng)).save(os.path.join(image_dir, name), quality=quality)
+        width, height = sizes[i % len(sizes)]
+        Image.fromarray(photo_like(rng, height, width)).save(os.path.join(image_dir, name),
+                                                             quality=quality)
         handles[i % num_shards].write('%s\t%s\n' % (name, '\t'.join(
             soft_labels(rng, class_num))))
-        if (i + 1) % 64 == 0:
-            sys.stderr.write('\r%s: %d/%d benchmark images' % (PROG, i + 1, num_images))
+        sys.stderr.write('\r%s: %d/%d benchmark images' % (PROG, i + 1, num_images))
     for handle in handles:
         handle.close()
     make_tfrecords.build_records(lists, image_dir, shard_dir, split='train',
