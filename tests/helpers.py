@@ -68,6 +68,20 @@ def write_lines(path, lines):
     return path
 
 
+def write_text(path, text):
+    """Text to a file; returns its path as a string."""
+    with open(str(path), 'w') as f:
+        f.write(text)
+    return str(path)
+
+
+def empty_dir(tmp_path):
+    """An empty directory <tmp_path>/empty."""
+    path = tmp_path / 'empty'
+    path.mkdir()
+    return str(path)
+
+
 def label_array(pairs, class_num):
     """A float32 label of class_num entries with label[index] = value for (index, value)."""
     label = np.zeros(class_num, np.float32)

@@ -1,0 +1,59 @@
+"""hooks.py: the interval log line (images/s, the job's rate, the ETA from the job's rate)
+and the step a failure is reported at, with a fake clock and a real session."""
+import re
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+import hooks
+import train  # noqa: F401 (graph mode, as train.py runs)
+
+
+def run_steps(monkeypatch, steps, global_advance, seconds, job, max_steps=100):
+    """`steps` local steps, each advancing the global step by `global_advance` (as K
+    asynchronous workers do), `seconds` apart; returns the hook's log lines."""
+    clock = [1000.0]
+    monkeypatch.setattr(hooks.time, 'time', lambda: clock[0])
+    lines = []
+    monkeypatch.setattr(hooks.tf.logging, 'info', lambda fmt, *a: lines.append(fmt % a))
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        advance = tf.assign_add(step, global_advance)
+        hook = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=2,
+                                     max_steps=max_steps, images_per_global_step=8,
+                                     worker_name='worker:0', job=job)
+        with tf.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(steps):
+                clock[0] += seconds
+                session.run(advance)
+    return lines
+
+
+def test_interval_line_and_eta_from_the_jobs_rate(monkeypatch):
+    # One worker of four: the global step advances 4 a local step, 0.5 s a step.
+    lines = run_steps(monkeypatch, 4, 4, 0.5, job=True)
+    steps = [l for l in lines if l.startswith('step ')]
+    assert steps[0] == ('step 8: cross_entropy = 2 (16.0 images/s, 0.500 s/step, whole job '
+                        '64.0 images/s, ETA 0:00:11)')  # (100 - 8) / (8 / 1 s)
+    assert steps[1].startswith('step 16: ') and steps[1].endswith('ETA 0:00:10)')
+    assert re.match(r'throughput worker:0, whole run: this worker 16\.0 images/s, whole job '
+                    r'64\.0 images/s over 2\.0 s', lines[-1])
+
+
+def test_single_process_line_has_no_job_rate(monkeypatch):
+    lines = run_steps(monkeypatch, 2, 1, 1.0, job=False, max_steps=10)
+    assert lines[0] == 'step 2: cross_entropy = 2 (8.0 images/s, 1.000 s/step, ETA 0:00:08)'
+
+
+def test_step_tracker_names_the_step_that_failed():
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        advance = tf.assign_add(step, 1)
+        tracker = hooks.StepTracker()
+        fail = tf.debugging.check_numerics(tf.constant(float('nan')), 'boom')
+        with tf.train.MonitoredSession(hooks=[tracker]) as session:
+            session.run(advance)
+            session.run(advance)
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                session.run([advance, fail])
+    assert tracker.failed_step == 3
