@@ -348,20 +348,26 @@ def test_estimator_one_device_vs_two_replicas(tmp_path):
         np.testing.assert_array_equal(r1.get_tensor(name), r2.get_tensor(name))
     assert r2.get_tensor('pos_count')[0] == 3
     # The same first update from the same start (the one-device step-0 checkpoint): step
-    # 1's weight and momentum changes agree to float rounding (4e-6 of the change seen,
-    # 1e-4 allowed). Later steps start from weights that differ by rounding, which batch
-    # norm over tiny batches amplifies unpredictably (momentum changes 0.05 % apart in one
-    # CI run, 5 % in another by step 3), so the weights are compared after step 1 only;
-    # the counters above after step 3.
+    # 1's weight and momentum changes agree to float rounding. At the head that is tight
+    # (4e-6 of the change seen, 1e-4 allowed). On its way back to the first convolution
+    # the gradient passes every batch norm over 2-image batches, which amplifies the
+    # rounding of the other summation order by an amount that depends on the (random)
+    # initial weights: 4e-6 of the change in most runs, 5.3e-3 in one CI run; 2e-2 allowed
+    # there, still far below the ~50 % of a halved or doubled gradient. Later steps start
+    # from weights that differ by rounding (momentum changes 0.05 % apart in one CI run, 5 %
+    # in another by step 3), so the weights are compared after step 1 only; the counters
+    # above after step 3.
     r0 = tf.train.load_checkpoint(os.path.join(one, 'model.ckpt-0'))
     first = [tf.train.load_checkpoint(os.path.join(d, 'model.ckpt-1')) for d in (one, two)]
-    for name in ('logits/dense/kernel', 'init/init_conv/conv2d/kernel',
-                 'logits/dense/kernel/Momentum', 'init/init_conv/conv2d/kernel/Momentum'):
+    for name, tolerance in (('logits/dense/kernel', 1e-4),
+                            ('logits/dense/kernel/Momentum', 1e-4),
+                            ('init/init_conv/conv2d/kernel', 2e-2),
+                            ('init/init_conv/conv2d/kernel/Momentum', 2e-2)):
         start = r0.get_tensor(name)
         d1, d2 = [r.get_tensor(name) - start for r in first]
         change, difference = np.linalg.norm(d1), np.linalg.norm(d1 - d2)
         assert change > 0, name
-        assert difference <= 1e-4 * change, (name, change, difference)
+        assert difference <= tolerance * change, (name, change, difference)
 
 
 # The same comparison for fine-tuning as the original's finetune.py does it with towers:
