@@ -23,8 +23,6 @@ read when the runtime starts); of the C cores the rest are shared out:
 """
 import os
 
-import tensorflow.compat.v1 as tf
-
 GPU_ENV = 'CUDA_VISIBLE_DEVICES'
 GROWTH_ENV = 'TF_FORCE_GPU_ALLOW_GROWTH'
 THREAD_MODE_ENV = 'TF_GPU_THREAD_MODE'
@@ -89,7 +87,9 @@ def usable_cores():
 
 
 def session_config(inter_op_threads=0, intra_op_threads=0, xla=False, device_filters=()):
-    """The ConfigProto of every session of the process (0 threads = TensorFlow's choice)."""
+    """The ConfigProto of every session of the process (0 threads = TensorFlow's choice).
+    TensorFlow is imported here, not with the module: choose() runs before it may be."""
+    import tensorflow.compat.v1 as tf
     config = tf.ConfigProto(allow_soft_placement=True,
                             inter_op_parallelism_threads=inter_op_threads,
                             intra_op_parallelism_threads=intra_op_threads)

@@ -35,6 +35,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+import devices  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402
 import startup  # noqa: E402
 
@@ -193,14 +194,6 @@ def check_model_arguments(parser, args):
                      'SavedModel has them built in')
 
 
-def choose_gpu(visiable_gpu):
-    """--visiable_gpu: CUDA_VISIBLE_DEVICES for this process, before TensorFlow starts."""
-    import devices
-    value = devices.visible_gpus(visiable_gpu, 1, os.environ)
-    if value is not None:
-        os.environ[devices.GPU_ENV] = value
-
-
 def import_serving():
     """serving.py and the errors it raises (imports TensorFlow, quietly)."""
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
@@ -243,7 +236,8 @@ def with_predictor(args, work, error, top_k=5, list_separator=None):
     work(serving, predictor, images), closing the model after; bad input is reported with
     `error` and gives None (exit status 2). list_separator: read --list as the original
     programs did (inference_io.original_list_entries)."""
-    choose_gpu(args.visiable_gpu)
+    # One GPU, chosen before TensorFlow starts, as train.py chooses them.
+    devices.choose(args.visiable_gpu, 1)
     serving, bad_input = import_serving()
     predictor = None
     try:
