@@ -133,14 +133,15 @@ def color_ordering_1(image):
     return tf.image.random_hue(image, max_delta=HUE_DELTA)
 
 
-def crop_window(image_shape, object_cover, area_cover):
+def crop_window(image_shape, object_cover, area_cover, seed=None):
     """The original's random training crop, drawn from the image *shape* [H, W, C] alone.
 
     Returns (begin [y, x, 0], size [h, w, -1]): a window covering at least object_cover of
-    the image and area_cover..100 % of its area, aspect ratio 3:4..4:3.
+    the image and area_cover..100 % of its area, aspect ratio 3:4..4:3. The op ignores the
+    graph seed; a non-zero `seed` makes the sequence of windows repeatable.
     """
     begin, size, _ = tf.image.sample_distorted_bounding_box(
-        image_shape, bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
+        image_shape, bounding_boxes=tf.zeros([1, 0, 4], tf.float32), seed=seed,
         min_object_covered=object_cover, aspect_ratio_range=list(ASPECT_RATIO_RANGE),
         area_range=[area_cover, 1.0], max_attempts=MAX_ATTEMPTS,
         use_image_if_no_bounding_boxes=True)

@@ -80,16 +80,17 @@ def stored_shape(aspect, short_side):
     return height, width
 
 
-def train_windows(height, width, samples, object_cover=0.7, area_cover=0.7):
+def train_windows(height, width, samples, object_cover=0.7, area_cover=0.7, seed=1):
     """int [samples, 2]: (h, w) of training crop windows of an H x W image, drawn by
-    image_preprocess.crop_window (the real sample_distorted_bounding_box)."""
+    image_preprocess.crop_window (the real sample_distorted_bounding_box) with op seed
+    `seed`, so a report is the same on every run and machine."""
     from tools.pipelines import _tf
     import image_preprocess
     tf = _tf()
     with tf.Graph().as_default():
         shape = tf.constant([height, width, 3], tf.int32)
         sizes = tf.map_fn(
-            lambda _: image_preprocess.crop_window(shape, object_cover, area_cover)[1][:2],
+            lambda _: image_preprocess.crop_window(shape, object_cover, area_cover, seed)[1][:2],
             tf.range(samples), dtype=tf.int32, parallel_iterations=1)
         with tf.Session() as session:
             return session.run(sizes)
