@@ -34,10 +34,13 @@ def test_save_and_read(tmp_path):
     assert run_settings.read(str(tmp_path / 'none')) is None
 
 
-def test_git_commit_of_a_checkout_and_of_no_checkout(tmp_path):
+def test_git_commit_of_a_checkout_and_of_no_checkout(tmp_path, monkeypatch):
     commit = run_settings.git_commit(ROOT)
     if commit is not None:  # a clone: a short hash, maybe with changes
         assert re.fullmatch(r'[0-9a-f]{7,}( \+ changes)?', commit), commit
+    # git stops looking upwards at tmp_path's parent, even if the temporary directory
+    # lies inside some checkout.
+    monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path.parent))
     assert run_settings.git_commit(str(tmp_path)) is None
 
 
