@@ -7,9 +7,14 @@ fp16: TensorFlow's automatic mixed precision (a graph rewrite of the training st
       a CPU.
 bf16: the model is built in bfloat16 (the input cast, the variables read through a cast);
       bfloat16 has float32's range, so no loss scaling. Logits come back as float32 for
-      the loss.
+      the loss. On a CPU, TensorFlow's oneDNN kernels have bfloat16 convolutions only with
+      AVX-512 or AMX; TensorFlow's own kernels (TF_ENABLE_ONEDNN_OPTS=0) have them
+      everywhere.
 """
 import contextlib
+import re
+
+import numpy as np
 
 import tensorflow.compat.v1 as tf
 
@@ -50,3 +55,35 @@ def wrap_optimizer(optimizer, dtype):
     if dtype == 'fp16':
         return tf.mixed_precision.enable_mixed_precision_graph_rewrite(optimizer, 'dynamic')
     return optimizer
+
+
+def cpu_kernel_error(dtype, config=None):
+    """None when this machine's CPU kernels run a convolution and its gradients in `dtype`,
+    else TensorFlow's reason. To be asked before training: the Estimator's
+    session takes a kernel's AbortedError for a preempted peer and restarts, forever."""
+    if dtype != 'bf16':
+        return None
+    with tf.Graph().as_default():
+        with tf.device('/cpu:0'):
+            # fed, not constant: constant folding would run the graph on other kernels
+            images = tf.placeholder(tf.bfloat16, [1, 16, 16, 3])
+            kernel = tf.placeholder(tf.bfloat16, [7, 7, 3, 8])
+            out = tf.nn.conv2d(images, kernel, strides=2, padding='SAME')
+            grads = tf.gradients(tf.reduce_sum(out), [images, kernel])
+        try:
+            with tf.Session(config=config) as session:
+                session.run(grads, {images: np.ones([1, 16, 16, 3]),
+                                    kernel: np.ones([7, 7, 3, 8])})
+        except tf.errors.OpError as e:
+            return _kernel_message(e.message)
+    return None
+
+
+def _kernel_message(message):
+    """The kernel's own words from a graph execution error: the line after "Node: ...",
+    without oneDNN's "Operation received an exception: Status: N, message:" wrapper and
+    source location."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    after_node = [lines[i + 1] for i in range(len(lines) - 1) if lines[i].startswith('Node: ')]
+    text = (after_node or lines or [''])[0]
+    return re.sub(r'^.*message: (.*?)(, in file .*)?$', r'\1', text)

@@ -164,6 +164,20 @@ def validate(opts):
                          % (', '.join(records.LABEL_TYPES), opts.label_type))
     if opts.hierarchy:
         training.leaf_mask(opts.hierarchy, opts.class_num)  # a bad file is a UsageError
+    check_cpu_kernels(opts)
+
+
+def check_cpu_kernels(opts):
+    """--dtype on a machine without GPUs: its CPU kernels must exist; raises UsageError."""
+    if opts.dtype != 'bf16' or tf.config.list_physical_devices('GPU'):
+        return
+    error = precision.cpu_kernel_error(opts.dtype, devices.session_config(
+        opts.inter_op_threads, opts.intra_op_threads))
+    if error:
+        raise UsageError(
+            '--dtype=bf16: this CPU has no bfloat16 convolution in TensorFlow\'s oneDNN '
+            'kernels (%s); train with --dtype=fp32, or set TF_ENABLE_ONEDNN_OPTS=0 for '
+            'TensorFlow\'s own bfloat16 kernels' % error)
 
 
 OPTIMIZERS = ('mom', 'sgd')
