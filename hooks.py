@@ -1,5 +1,6 @@
 """Session hooks of a training run: the log line of every interval, the step a failure
-happened at, and the asynchronous stop at the last global step.
+happened at, the asynchronous stop at the last global step, and the end of a session that
+only ever restarts.
 
 The log line, every `every_n` steps of this worker and once more at the end:
 
@@ -109,6 +110,37 @@ class StepTracker(tf.train.SessionRunHook):
     @property
     def failed_step(self):
         return None if self.last_step is None else self.last_step + 1
+
+
+class RestartLoop(Exception):
+    """The session failed `restarts` times in a row, each time before completing a step."""
+
+    def __init__(self, restarts):
+        super().__init__(restarts)
+        self.restarts = restarts
+
+
+class RestartLimitHook(tf.train.SessionRunHook):
+    """Ends a run whose session is created more than `limit` + 1 times in a row without
+    completing a step. The Estimator's MonitoredSession takes every AbortedError and
+    UnavailableError for a preempted peer (a ps or worker restarting) and creates the
+    session anew; after a real preemption steps follow, but an error that recurs on every
+    step (a kernel that cannot run: oneDNN reports its failures as AbortedError) would
+    restart the session forever."""
+
+    def __init__(self, limit=5):
+        self._limit = limit
+
+    def begin(self):
+        self._creations = 0
+
+    def after_create_session(self, session, coord):
+        self._creations += 1
+        if self._creations > self._limit + 1:
+            raise RestartLoop(self._creations - 1)
+
+    def after_run(self, run_context, run_values):
+        self._creations = 0
 
 
 class StopAtGlobalStepHook(tf.train.SessionRunHook):

@@ -196,9 +196,7 @@ PLACEMENT_ERRORS = ('Cannot assign a device for operation',
 def describe_failure(error, opts, step):
     """One line for an error that stopped training, with what to do about it."""
     first_line = op_error_text(error)
-    last = tf.train.latest_checkpoint(opts.model_dir)
-    kept = ('the last checkpoint %s is kept' % os.path.basename(last) if last
-            else 'no checkpoint was written')
+    kept = what_is_kept(opts.model_dir)
     at = ' at step %d' % step if step is not None else ''
     if model_fn.NON_FINITE_LOSS in error.message or \
             model_fn.NON_FINITE_SUMMARY in error.message:
@@ -217,6 +215,21 @@ def describe_failure(error, opts, step):
         return ('bad record%s: %s; find it with tools/check_tfrecords.py, or train on with '
                 '--skip_bad_records; %s' % (at, first_line, kept))
     return '%s%s; %s' % (first_line, at, kept)
+
+
+def describe_restart_loop(restarts, opts, step):
+    """One line for a session that failed on every attempt (hooks.RestartLimitHook)."""
+    return ('the session failed %d times in a row%s without completing a step: the same '
+            'AbortedError or UnavailableError each time (logged above as "An error was '
+            'raised"), not a passing preemption; %s' % (
+                restarts, ' at step %d' % step if step is not None else '',
+                what_is_kept(opts.model_dir)))
+
+
+def what_is_kept(model_dir):
+    last = tf.train.latest_checkpoint(model_dir)
+    return ('the last checkpoint %s is kept' % os.path.basename(last) if last
+            else 'no checkpoint was written')
 
 
 def log_to_file(log_dir, name='train.log'):
@@ -371,7 +384,7 @@ def train(opts, settings=None):
     warm_start = log_fine_tuning(opts, warm_start)
     estimator = make_estimator(opts, data_format, warm_start, plan)
     tracker = hooks.StepTracker()
-    run_hooks = [tracker]
+    run_hooks = [tracker, hooks.RestartLimitHook()]
     gate = hooks.TestGateHook.from_environment()
     if gate:
         run_hooks.append(gate)
@@ -401,6 +414,8 @@ def train(opts, settings=None):
             train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
     except tf.errors.OpError as e:
         raise TrainingError(describe_failure(e, opts, tracker.failed_step))
+    except hooks.RestartLoop as e:
+        raise TrainingError(describe_restart_loop(e.restarts, opts, tracker.failed_step))
     except UnicodeDecodeError:
         # TF quotes the raw bytes of an unparseable record in its error, which then fails
         # to decode as text: all that is left to say is which kind of problem it was.

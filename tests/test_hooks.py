@@ -57,3 +57,37 @@ def test_step_tracker_names_the_step_that_failed():
             with pytest.raises(tf.errors.InvalidArgumentError):
                 session.run([advance, fail])
     assert tracker.failed_step == 3
+
+
+class AbortBefore(tf.train.SessionRunHook):
+    """Fails the run calls numbered in `runs` (1, 2, ...) as a kernel would: with an
+    AbortedError, which MonitoredSession answers with a new session."""
+
+    def __init__(self, runs):
+        self.runs, self.calls = set(runs), 0
+
+    def before_run(self, run_context):
+        self.calls += 1
+        if self.calls in self.runs:
+            raise tf.errors.AbortedError(None, None, 'a kernel cannot run')
+
+
+def test_a_session_that_only_restarts_is_ended_after_the_limit():
+    with tf.Graph().as_default():
+        advance = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+        abort = AbortBefore(range(1, 100))
+        with pytest.raises(hooks.RestartLoop) as raised:
+            with tf.train.MonitoredSession(hooks=[hooks.RestartLimitHook(3), abort]) as s:
+                s.run(advance)
+    assert raised.value.restarts == 4  # 3 restarts allowed, the 4th refused
+    assert abort.calls == 4
+
+
+def test_restarts_with_steps_in_between_go_on():
+    with tf.Graph().as_default():
+        advance = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+        # the first two runs fail, then every other run: never 2 restarts in a row after a step
+        abort = AbortBefore([1, 2, 4, 6, 8, 10])
+        with tf.train.MonitoredSession(hooks=[hooks.RestartLimitHook(2), abort]) as session:
+            steps = [session.run(advance) for _ in range(5)]
+    assert abort.calls == 11 and len(steps) == 5
