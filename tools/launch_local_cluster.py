@@ -4,10 +4,11 @@
     python tools/launch_local_cluster.py --workers 2 --distribution collective -- ...
 
 Every task (chief, worker, ps) is `python train.py <the flags after -->
---distribution=<ps|collective>` with its own TF_CONFIG, on 127.0.0.1 and free ports.
---workers counts the training workers: the chief (worker 0, which writes the checkpoints and
-summaries) and --workers - 1 `worker` tasks. The tasks' output is streamed with a prefix
-`[chief:0]`, `[worker:0]`, `[ps:0]`; each task also writes <log_dir>/train_<type>_<index>.log.
+--distribution=<ps|collective>` with its own TF_CONFIG, on 127.0.0.1 and free ports
+(below the ephemeral range). --workers counts the training workers: the chief (worker 0,
+which writes the checkpoints and summaries) and --workers - 1 `worker` tasks. The tasks'
+output is streamed with a prefix `[chief:0]`, `[worker:0]`, `[ps:0]`; each task also writes
+<log_dir>/train_<type>_<index>.log.
 
 GPUs: each training task gets --gpus_per_task GPUs of its own (default: train.py's
 --num_gpus, 1 when not given) through CUDA_VISIBLE_DEVICES -- the chief the first block,
@@ -35,6 +36,7 @@ import argparse
 import fcntl
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -52,15 +54,54 @@ import startup  # noqa: E402
 PROGRAM = 'launch_local_cluster.py'
 
 
-def free_ports(count, host='127.0.0.1'):
-    """`count` distinct ports that were free a moment ago (bound to port 0, then closed)."""
-    sockets, ports = [], []
+LOWEST_PORT = 10000
+
+
+def ephemeral_ports(path='/proc/sys/net/ipv4/ip_local_port_range'):
+    """(low, high) of the ports the kernel gives outgoing connections."""
     try:
-        for _ in range(count):
+        with open(path) as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def bindable(port, host):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def free_ports(count, host='127.0.0.1', rng=None):
+    """`count` distinct ports that were free a moment ago, drawn at random below the
+    kernel's ephemeral range: no outgoing connection (of the tasks themselves or any other
+    process) can take one between this check and a task's bind, or while a killed task is
+    being restarted on it. Where that range leaves no room, ports the kernel picks (bound
+    to port 0, then closed)."""
+    rng = rng or random.SystemRandom()
+    low = ephemeral_ports()[0]
+    ports = []
+    if low - LOWEST_PORT >= 100 * count:
+        for _ in range(100 * count):
+            port = rng.randrange(LOWEST_PORT, low)
+            if port not in ports and bindable(port, host):
+                ports.append(port)
+                if len(ports) == count:
+                    return ports
+    sockets = []
+    try:
+        while len(ports) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind((host, 0))
             sockets.append(s)
-            ports.append(s.getsockname()[1])
+            if s.getsockname()[1] not in ports:
+                ports.append(s.getsockname()[1])
     finally:
         for s in sockets:
             s.close()
