@@ -219,9 +219,9 @@ def describe_failure(error, opts, step):
 
 def describe_restart_loop(restarts, opts, step):
     """One line for a session that failed on every attempt (hooks.RestartLimitHook)."""
-    return ('the session failed %d times in a row%s without completing a step: the same '
-            'AbortedError or UnavailableError each time (logged above as "An error was '
-            'raised"), not a passing preemption; %s' % (
+    return ('the session failed %d times in a row%s without completing a step, each time '
+            'with an AbortedError or UnavailableError (logged above as "An error was '
+            'raised"): not a passing preemption; %s' % (
                 restarts, ' at step %d' % step if step is not None else '',
                 what_is_kept(opts.model_dir)))
 

@@ -37,8 +37,8 @@ def test_each_failure_gets_its_own_message(error, start, tmp_path):
 def test_a_session_that_only_restarts_gets_its_own_message(tmp_path):
     text = training.describe_restart_loop(6, options(model_dir=str(tmp_path)), 3)
     assert text == ('the session failed 6 times in a row at step 3 without completing a '
-                    'step: the same AbortedError or UnavailableError each time (logged above '
-                    'as "An error was raised"), not a passing preemption; no checkpoint was '
+                    'step, each time with an AbortedError or UnavailableError (logged above '
+                    'as "An error was raised"): not a passing preemption; no checkpoint was '
                     'written')
 
 
