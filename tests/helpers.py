@@ -41,9 +41,9 @@ def write_dataset(root, train_lists=2, per_list=6, class_num=CLASSES, seed=0):
     return data
 
 
-def run_train(*args, timeout=600):
+def run_train(*args, timeout=600, env=ENV):
     return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def small_run_flags(data, model_dir, max_iter):

@@ -324,6 +324,18 @@ for replicas in (1, 2):
 '''
 
 
+def one_device_and_two_replicas(child, tmp_path):
+    """Runs a child of ESTIMATOR_CHILD's kind; checks that cross_entropy agrees at each of
+    its three steps and returns the two model directories (one device, two replicas)."""
+    run_child(child, str(tmp_path))
+    one, two = str(tmp_path / '1'), str(tmp_path / '2')
+    ce1, ce2 = dict(scalar_tags(one)['cross_entropy']), dict(scalar_tags(two)['cross_entropy'])
+    assert sorted(ce1) == sorted(ce2) == [1, 2, 3]
+    for step in ce1:
+        assert ce2[step] == pytest.approx(ce1[step], rel=1e-5), step
+    return one, two
+
+
 def first_updates(one, two, names):
     """(name, |change on one device|, |difference between the two runs' changes|) of step
     1 from the one device's step-0 checkpoint, which both runs start from."""
@@ -342,12 +354,7 @@ def test_estimator_one_device_vs_two_replicas(tmp_path):
     cross_entropy, counters, every variable and momentum slot -- to float rounding (bit
     for bit on the CPUs tried). A strategy that summed the replicas' gradients, or dropped
     one, would double or halve every update."""
-    run_child(ESTIMATOR_CHILD, str(tmp_path))
-    one, two = str(tmp_path / '1'), str(tmp_path / '2')
-    ce1, ce2 = dict(scalar_tags(one)['cross_entropy']), dict(scalar_tags(two)['cross_entropy'])
-    assert sorted(ce1) == sorted(ce2) == [1, 2, 3]
-    for step in ce1:
-        assert ce2[step] == pytest.approx(ce1[step], rel=1e-5), step
+    one, two = one_device_and_two_replicas(ESTIMATOR_CHILD, tmp_path)
     r1 = tf.train.load_checkpoint(tf.train.latest_checkpoint(one))
     r2 = tf.train.load_checkpoint(tf.train.latest_checkpoint(two))
     names = r1.get_variable_to_shape_map()
@@ -385,12 +392,7 @@ def test_fine_tuning_one_device_vs_two_replicas(tmp_path):
     on both, and the frozen stages' moving statistics (training-mode batch norm, per
     replica as per tower) move alike."""
     assert FINETUNE_CHILD.count('--FixBlock2') == 1 and 'np.eye' in FINETUNE_CHILD
-    run_child(FINETUNE_CHILD, str(tmp_path))
-    one, two = str(tmp_path / '1'), str(tmp_path / '2')
-    ce1, ce2 = dict(scalar_tags(one)['cross_entropy']), dict(scalar_tags(two)['cross_entropy'])
-    assert sorted(ce1) == sorted(ce2) == [1, 2, 3]
-    for step in ce1:
-        assert ce2[step] == pytest.approx(ce1[step], rel=1e-5), step
+    one, two = one_device_and_two_replicas(FINETUNE_CHILD, tmp_path)
     lr1, lr2 = dict(scalar_tags(one)['learning_rate']), dict(scalar_tags(two)['learning_rate'])
     assert lr1 == lr2 and lr1[1] == pytest.approx(0.01) and lr1[3] == pytest.approx(0.0025)
     r0 = tf.train.load_checkpoint(os.path.join(one, 'model.ckpt-0'))

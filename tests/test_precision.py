@@ -5,13 +5,11 @@ x86 machine: oneDNN's bfloat16 convolutions need AVX-512 or AMX. Without the che
 Estimator's session took the kernel's AbortedError for a preempted peer and restarted the
 session forever."""
 import os
-import subprocess
-import sys
 
 import pytest
 
 import precision
-from helpers import ENV, ROOT, small_run_flags, write_dataset
+from helpers import ENV, run_train, small_run_flags, write_dataset
 
 NO_BF16_CPU = dict(ENV, ONEDNN_MAX_CPU_ISA='AVX2', TF_ENABLE_ONEDNN_OPTS='1')
 
@@ -40,10 +38,8 @@ def test_float32_and_float16_need_no_check():
 def train(tmp_path, env, *extra):
     data = write_dataset(str(tmp_path / 'ds'))
     model_dir = str(tmp_path / 'model')
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, 'train.py')]
-        + small_run_flags(data, model_dir, 1) + ['--resnet_size=18', '--dtype=bf16'] + list(extra),
-        env=env, capture_output=True, text=True, timeout=600)
+    result = run_train(*small_run_flags(data, model_dir, 1), '--resnet_size=18',
+                       '--dtype=bf16', *extra, env=env)
     return result, model_dir
 
 
