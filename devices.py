@@ -86,6 +86,12 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
+def gpu_count():
+    """The GPUs this process sees (after choose)."""
+    import tensorflow.compat.v1 as tf
+    return len(tf.config.list_physical_devices('GPU'))
+
+
 def session_config(inter_op_threads=0, intra_op_threads=0, xla=False, device_filters=()):
     """The ConfigProto of every session of the process (0 threads = TensorFlow's choice).
     TensorFlow is imported here, not with the module: choose() runs before it may be."""

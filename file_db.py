@@ -22,9 +22,13 @@ class DataError(ValueError):
     """Bad or missing input data; its message is one line naming the path."""
 
 
-def _natural_key(path):
-    name = os.path.basename(path)
-    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name)]
+def natural_key(text):
+    """Sort key of natural order: the digit runs compare as numbers (2 before 10)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', text)]
+
+
+def _file_name_key(path):
+    return natural_key(os.path.basename(path))
 
 
 def list_shards(data_dir, split, pattern='*tfrecords'):
@@ -39,7 +43,7 @@ def list_shards(data_dir, split, pattern='*tfrecords'):
     files = [f for f in glob.glob(os.path.join(directory, pattern)) if os.path.isfile(f)]
     if not files:
         raise DataError('no shard files matching %r in %s' % (pattern, directory))
-    return sorted(files, key=_natural_key)
+    return sorted(files, key=_file_name_key)
 
 
 def check_worker(worker_num, worker_id):
@@ -90,7 +94,7 @@ def write_counts(split_dir, counts):
     merged = dict(read_counts(split_dir), **counts)
     path = os.path.join(split_dir, COUNTS_FILE)
     with open(path + '.tmp', 'w') as f:
-        for name in sorted(merged, key=_natural_key):
+        for name in sorted(merged, key=_file_name_key):
             f.write('%s %d\n' % (name, merged[name]))
     os.replace(path + '.tmp', path)
 

@@ -272,9 +272,6 @@ _string(G, 'hierarchy', '', 'Evaluation (--mode=eval, train_and_eval and the eva
         'TensorBoard.')
 _int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
 _int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)
-
-
-G = 'Evaluation'
 _string(G, 'preprocess', 'original',
         '--mode=predict and export (and --export_dir): how an image becomes the network '
         'input. original: as the original\'s extract_feature.py and image_classification.py, '
@@ -289,6 +286,206 @@ ALIASES = collections.OrderedDict([('weight_decay_rate', 'weight_decay'),
 for _alias, _target in ALIASES.items():
     flags.DEFINE_alias(_alias, _target)
     FLAGS[_target].help += ' Also --%s (the original fine-tuning script\'s name).' % _alias
+
+
+# ------------------------------------------------------------------ the valid values
+# One table: flag name -> check(name, value) returning what is wrong, else None. Value lists
+# owned by the module that uses them are read from it when the checks run (after start-up,
+# so --help needs no TensorFlow); checks across flags are RULES below.
+
+def _owned(module, attr):
+    import importlib
+    return getattr(importlib.import_module(module), attr)
+
+
+def _positive(name, value):
+    return None if value > 0 else '--%s must be positive, got %d' % (name, value)
+
+
+def _at_least(low, meaning=''):
+    def check(name, value):
+        if value >= low:
+            return None
+        return '--%s must be >= %d%s, got %s' % (name, low, ' (%s)' % meaning if meaning else '',
+                                                 '%g' % value if isinstance(value, float) else value)
+    return check
+
+
+def _fraction(name, value):
+    return None if 0.0 <= value <= 1.0 else '--%s must be in [0, 1], got %g' % (name, value)
+
+
+def _one_of(module, attr, message=None):
+    """module.attr lists the valid values; message: the whole text, with %r for the value
+    (default: --NAME must be one of ...)."""
+    def check(name, value):
+        choices = _owned(module, attr)
+        if value in choices:
+            return None
+        if message:
+            return message % value
+        return '--%s must be one of %s, got %r' % (name, ', '.join(choices), value)
+    return check
+
+
+MODES = ('train', 'eval', 'train_and_eval', 'predict', 'export')
+OPTIMIZERS = ('mom', 'sgd')
+
+
+def _mode(name, value):
+    if value in MODES:
+        return None
+    return '--mode=%s is not implemented; use one of %s' % (value, ', '.join(MODES))
+
+
+def _resnet_size(name, value):
+    sizes = _owned('resnet', 'SUPPORTED_SIZES')
+    if value in sizes:
+        return None
+    return '--resnet_size=%d is not supported; use one of %s' % (
+        value, ', '.join(map(str, sizes)))
+
+
+def _optimizer(name, value):
+    if value in OPTIMIZERS:
+        return None
+    return ('--optimizer=%s is not implemented; use mom (momentum) or sgd (gradient descent)'
+            % value)
+
+
+def _max_iter(name, value):
+    if value > 0 or value == -1:
+        return None
+    return '--max_iter must be positive or -1 (forever), got %d' % value
+
+
+def _area_cover(name, value):
+    return _fraction(name, value) or (
+        None if value > 0 else '--area_cover must be > 0 (the crop needs some area), got %g'
+        % value)
+
+
+def _image_channels(name, value):
+    return None if value == 3 else ('--image_channels must be 3 (the model takes RGB), got %d'
+                                    % value)
+
+
+def _lr_schedule(name, value):
+    schedules = _owned('lr_schedule', 'SCHEDULES')
+    if value in schedules:
+        return None
+    return '--lr_schedule must be %s, got %r' % (' or '.join(schedules), value)
+
+
+def _augment_on(name, value):
+    choices = ('auto',) + tuple(_owned('input_pipeline', 'AUGMENT_ON'))
+    if value in choices:
+        return None
+    return '--augment_on must be %s or %s, got %r' % (', '.join(choices[:-1]), choices[-1], value)
+
+
+def _preprocess(name, value):
+    if value in _owned('serving', 'PREPROCESSING'):
+        return None
+    return ('--preprocess must be original (the original\'s inference) or eval (the evaluation '
+            'crop), got %r' % value)
+
+
+CHECKS = {
+    'mode': _mode,
+    'max_to_keep': _positive,
+    'batch_size': _positive,
+    'object_cover': _fraction,
+    'area_cover': _area_cover,
+    'class_num': _positive,
+    'resnet_size': _resnet_size,
+    'image_size': _positive,
+    'image_channels': _image_channels,
+    'neg_select': _fraction,
+    'num_gpus': _at_least(1),
+    'optimizer': _optimizer,
+    'lr_decay_step': _at_least(0, '0 = no decay'),
+    'max_iter': _max_iter,
+    'label_type': _one_of('records', 'LABEL_TYPES'),
+    'lr_schedule': _lr_schedule,
+    'bn_weight_decay': _at_least(0, '0 = no L2 on batch norm, 0.1 = finetune.py\'s'),
+    'frozen_bn': _one_of('resnet', 'FROZEN_BN_MODES', '--frozen_bn must be train or inference, '
+                         'got %r'),
+    'log_interval': _positive,
+    'summary_interval': _at_least(0, '0 = --log_interval'),
+    'snapshot': _positive,
+    'augment_on': _augment_on,
+    'private_threads': _at_least(0),
+    'dtype': _one_of('precision', 'DTYPES'),
+    'tf_gpu_thread_mode': _one_of('devices', 'GPU_THREAD_MODES'),
+    'inter_op_threads': _at_least(0, '0 = TensorFlow\'s choice'),
+    'intra_op_threads': _at_least(0, '0 = TensorFlow\'s choice'),
+    'test_iter': _at_least(0, '0 = the whole val split'),
+    'eval_throttle_secs': _at_least(0),
+    'top_k': _positive,
+    'threshold': _fraction,
+    'preprocess': _preprocess,
+}
+
+
+def _rules(o):
+    """The checks across flags, in order: (bad, message) pairs."""
+    return [
+        (o.mode == 'train_and_eval' and o.test_interval <= 0,
+         '--mode=train_and_eval needs --test_interval > 0, got %d' % o.test_interval),
+        (o.mode == 'predict' and not o.piclist,
+         '--mode=predict needs --piclist (an image list file or a directory)'),
+        (o.mode == 'export' and not o.export_dir, '--mode=export needs --export_dir'),
+        (bool(o.export_dir) and o.mode not in ('train', 'train_and_eval', 'export'),
+         '--export_dir goes with --mode=export, train or train_and_eval, not --mode=%s' % o.mode),
+        (o.warmup > 0 and o.lr_warmup_decay_step <= 0,
+         '--warmup=%d needs --lr_warmup_decay_step > 0 (got %d)' % (o.warmup,
+                                                                    o.lr_warmup_decay_step)),
+        (not 0 <= o.worker_id < o.worker_num,
+         '--worker_id=%d must be in [0, --worker_num=%d)' % (o.worker_id, o.worker_num)),
+        (o.restore and not o.pretrain_ckpt,
+         '--restore needs --pretrain_ckpt (the checkpoint to restore)'),
+    ]
+
+
+def problems(opts):
+    """What is wrong with the values of opts (an Options), in --help order, then the rules
+    across flags; an empty list when every value is valid."""
+    found = [CHECKS[name](name, getattr(opts, name)) for name in Options._fields
+             if name in CHECKS]
+    return [p for p in found if p] + [message for bad, message in _rules(opts) if bad]
+
+
+def validate(opts):
+    """Raises errors.UsageError with the first problem of opts, if any."""
+    from errors import UsageError
+    found = problems(opts)
+    if found:
+        raise UsageError(found[0])
+
+
+# ------------------------------------------------------------------ the options value
+
+# Every flag as a plain value, in --help order: what the program runs with, whole or in
+# named parts, from train.py down to the model_fn, the input pipeline and inference.
+Options = collections.namedtuple('Options', [name for names in GROUPS.values()
+                                             for name in names])
+
+
+def options(flag_values=FLAGS):
+    """The parsed flags as an Options."""
+    return Options(**{name: flag_values[name].value for name in Options._fields})
+
+
+def defaults():
+    """Every flag's default as an Options (the tools' and tests' starting point)."""
+    return Options(**{name: FLAGS[name].default for name in Options._fields})
+
+
+def given(flag_values=FLAGS):
+    """The names of the flags given on the command line."""
+    return {name for name in Options._fields if flag_values[name].present}
+
 
 
 def grouped_help(program):

@@ -15,7 +15,6 @@ global steps left to max_steps / the global step's advance per second (the job's
 with K asynchronous workers K times this worker's). At the end one more line gives R and J
 over the whole run.
 """
-import os
 import time
 
 import tensorflow.compat.v1 as tf
@@ -159,31 +158,3 @@ class StopAtGlobalStepHook(tf.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if run_context.session.run(self._global_step) >= self._last_step:
             run_context.request_stop()
-
-
-class TestGateHook(tf.train.SessionRunHook):
-    """For the process tests only: with TRAIN_TEST_GATE=N:PATH in the environment, the
-    process holds before its own N-th step until PATH exists. A test that kills or
-    interrupts a run at step k < N thereby knows that work is left, whatever the machine's
-    speed; it creates PATH to let the run finish."""
-
-    ENV = 'TRAIN_TEST_GATE'
-
-    @classmethod
-    def from_environment(cls):
-        value = os.environ.get(cls.ENV)
-        if not value:
-            return None
-        step, path = value.split(':', 1)
-        return cls(int(step), path)
-
-    def __init__(self, step, path):
-        self._step, self._path, self._steps = step, path, 0
-
-    def before_run(self, run_context):
-        self._steps += 1
-        if self._steps == self._step:
-            tf.logging.info('test gate: holding before local step %d until %s exists',
-                            self._step, self._path)
-            while not os.path.exists(self._path):
-                time.sleep(0.05)

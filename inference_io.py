@@ -24,10 +24,6 @@ IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp')
 
 # ---------------------------------------------------------------------------- images
 
-def _natural_key(path):
-    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', path)]
-
-
 def list_file_entries(list_file, image_root=None):
     """(name, path) per line of a list file: the path is the text before the first tab, or
     the first whitespace-separated field of a line without tabs, so the image lists of the
@@ -81,7 +77,7 @@ def directory_entries(directory):
         dirs[:] = [d for d in dirs if not d.startswith('.')]
         found += [os.path.join(root, name) for name in files
                   if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith('.')]
-    return [(path, path) for path in sorted(found, key=_natural_key)]
+    return [(path, path) for path in sorted(found, key=file_db.natural_key)]
 
 
 def collect_images(paths=(), list_file=None, image_root=None):

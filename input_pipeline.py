@@ -7,7 +7,6 @@ only. Evaluation: every file once, in order, the last batch partial.
 """
 import tensorflow.compat.v1 as tf
 
-import file_db
 import records
 
 AUGMENT_ON = ('cpu', 'device')
@@ -21,25 +20,21 @@ def resolve_augment_on(augment_on, has_gpu):
     return augment_on
 
 
-def input_fn(is_training, data_dir, batch_size, class_num, image_size,
-             file_pattern='*tfrecords', worker_num=1, worker_id=0, file_shuffle_buffer=1500,
-             shuffle_buffer=2048, num_parallel_calls=4, files=None, skip_bad_records=False,
-             object_cover=0.7, area_cover=0.7, label_type='multi', augment_on='device',
-             use_synthetic_data=False, private_threads=0, record_shard=None):
-    """Batches of (images, labels) from `<data_dir>/train` (is_training) or `<data_dir>/val`.
+def input_fn(opts, is_training, files, augment_on, record_shard=None):
+    """Batches of (images, labels) of --batch_size (one replica's) from the shard `files`.
 
-    Training reads this worker's share of the files (file_db) in shuffled order, interleaves
-    them, shuffles the records and repeats forever; evaluation reads every file once, in
-    order. `files` overrides the listing (tools that read given shards). object_cover and
-    area_cover are the training crop's (image_preprocess.crop_window).
+    opts: the run's flags.Options (batch_size, image_size, class_num, label_type, the
+    shuffle buffers, num_preprocess_threads, the training crop's object_cover and
+    area_cover, skip_bad_records, use_synthetic_data, private_threads).
+    Training reads the files in shuffled order, interleaves them, shuffles the records and
+    repeats forever; evaluation reads every file once, in order.
     With skip_bad_records, records that fail to parse or decode are dropped and the features
     become {'image': images, 'skipped_records': bad records seen so far}.
-    augment_on 'device' (the default; train.py's choice with a GPU): uint8 images, cropped
-    and resized only -- the flip, rotation, colour and the [-1, 1] map of the training
-    augmentation run batched in the model, on the training device
-    (image_preprocess.network_input, which model_fn.resnet_model_fn applies to every
-    batch). 'cpu' (train.py's choice without a GPU): float32 images in [-1, 1], the whole
-    augmentation here, per image.
+    augment_on 'device' (train.py's choice with a GPU): uint8 images, cropped and resized
+    only -- the flip, rotation, colour and the [-1, 1] map of the training augmentation run
+    batched in the model, on the training device (image_preprocess.network_input, which
+    model_fn.resnet_model_fn applies to every batch). 'cpu' (train.py's choice without a
+    GPU): float32 images in [-1, 1], the whole augmentation here, per image.
     use_synthetic_data: no file is read; the model draws random batches on its device
     (synthetic_dataset).
     private_threads > 0: the pipeline's own thread pool of that size.
@@ -49,19 +44,16 @@ def input_fn(is_training, data_dir, batch_size, class_num, image_size,
     """
     if augment_on not in AUGMENT_ON:
         raise ValueError('augment_on must be one of %s, got %r' % (AUGMENT_ON, augment_on))
-    if use_synthetic_data:
-        return synthetic_dataset(batch_size, image_size)
-    if files is None:
-        files = file_db.list_shards(data_dir, 'train' if is_training else 'val', file_pattern)
-        if is_training:
-            files = file_db.worker_share(files, worker_num, worker_id)
-    parallel = num_parallel_calls if num_parallel_calls > 0 else tf.data.experimental.AUTOTUNE
+    if opts.use_synthetic_data:
+        return synthetic_dataset(opts.batch_size, opts.image_size)
+    parallel = (opts.num_preprocess_threads if opts.num_preprocess_threads > 0
+                else tf.data.experimental.AUTOTUNE)
     dataset = tf.data.Dataset.from_tensor_slices(files)
     if is_training:
-        # This worker's share is fixed above; shuffling only reorders it. A record-level
-        # share needs the same record order on every worker before the split.
+        # This worker's share is fixed (file_db.data_share); shuffling only reorders it. A
+        # record-level share needs the same record order on every worker before the split.
         if record_shard is None:
-            dataset = dataset.shuffle(max(1, min(file_shuffle_buffer, len(files))))
+            dataset = dataset.shuffle(max(1, min(opts.file_shuffle_buffer, len(files))))
         dataset = dataset.interleave(tf.data.TFRecordDataset,
                                      cycle_length=min(len(files), 8), block_length=1,
                                      num_parallel_calls=tf.data.experimental.AUTOTUNE,
@@ -71,24 +63,24 @@ def input_fn(is_training, data_dir, batch_size, class_num, image_size,
         # The records are shuffled before they are decoded: the same shuffle, with a buffer
         # of serialized records instead of decoded float images (4x smaller at 224 px, and
         # no thousands of images to decode before the first batch).
-        dataset = dataset.shuffle(shuffle_buffer).repeat()
+        dataset = dataset.shuffle(opts.shuffle_buffer).repeat()
     else:
         dataset = dataset.flat_map(tf.data.TFRecordDataset)
-    parse = lambda value: records.parse_record(value, is_training, image_size, class_num,
-                                               object_cover, area_cover, label_type,
-                                               augment_on)
-    if skip_bad_records:
-        dataset = drop_bad_records(dataset, parse, image_size, class_num, parallel,
+    parse = lambda value: records.parse_record(
+        value, is_training, opts.image_size, opts.class_num, opts.object_cover,
+        opts.area_cover, opts.label_type, augment_on)
+    if opts.skip_bad_records:
+        dataset = drop_bad_records(dataset, parse, opts.image_size, opts.class_num, parallel,
                                    tf.uint8 if augment_on == 'device' else tf.float32)
     else:
         dataset = dataset.map(parse, num_parallel_calls=parallel,
                               deterministic=not is_training)
     # Full batches in training keep shapes static; evaluation keeps the last partial one.
-    dataset = dataset.batch(batch_size, drop_remainder=is_training)
+    dataset = dataset.batch(opts.batch_size, drop_remainder=is_training)
     dataset = dataset.prefetch(tf.data.experimental.AUTOTUNE)
-    if private_threads > 0:
+    if opts.private_threads > 0:
         options = tf.data.Options()
-        options.experimental_threading.private_threadpool_size = private_threads
+        options.experimental_threading.private_threadpool_size = opts.private_threads
         dataset = dataset.with_options(options)
     return dataset
 

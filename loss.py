@@ -11,10 +11,10 @@ Per class c and step, with labels y [B, C] and logits x [B, C]:
 where ce is sigmoid cross-entropy with positive weight 12 and mask drops labels equal to -1.
 
 L2 terms, l2_loss(v) = sum(v^2) / 2:
-  pre-training  weight_decay * sum l2_loss(v), v not batch norm               (l2_regularization)
-  fine-tuning   weight_decay * sum l2_loss(v), 'bn' not in v's name
-              + bn_weight_decay * weight_decay * sum l2_loss(v), 'bn' in v's name
-                (the original's finetune.py: bn_weight_decay 0.1)             (weight_decay_loss)
+  weight_decay * sum l2_loss(v), 'bn' not in v's name
+  + bn_weight_decay * weight_decay * sum l2_loss(v), 'bn' in v's name       (weight_decay_loss)
+  (pre-training: bn_weight_decay 0, no L2 on batch norm; the original's finetune.py: 0.1)
+A run's loss from its options (flags.Options): cross_entropy_of and weight_decay_of.
 The counters are non-trainable variables `pos_count` and `neg_count` (the original left them
 unnamed: `Variable`, `Variable_1`), saved in every checkpoint so a resumed run continues
 the same streaks.
@@ -113,18 +113,13 @@ def weighted_cross_entropy(ce, mask, coef):
     return tf.reduce_sum(tf.reduce_mean(ce * mask, axis=0) * coef)
 
 
-def l2_regularization(variables, weight_decay):
-    """weight_decay * sum(l2_loss(v)) over variables not under batch_normalization."""
-    return weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in variables
-                                    if 'batch_normalization' not in v.name])
-
-
-def weight_decay_loss(variables, weight_decay, bn_weight_decay=0.0):
+def weight_decay_loss(variables, weight_decay, bn_weight_decay):
     """weight_decay * sum(l2_loss(v)) over v whose name lacks 'bn'
     + bn_weight_decay * weight_decay * sum(l2_loss(v)) over v whose name has 'bn'.
 
     Names are matched on 'bn' as the original fine-tuning did; in this model those are
-    exactly the batch-norm gamma/beta, so bn_weight_decay=0 is l2_regularization's term.
+    exactly the batch-norm gamma/beta, so bn_weight_decay=0 is pre-training's term (L2 on
+    every variable but batch norm's).
     """
     loss = weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in variables if 'bn' not in v.name])
     if bn_weight_decay:
@@ -165,9 +160,24 @@ def multilabel_cross_entropy(labels, logits, mask_thres, neg_select, seed, updat
 def softmax_cross_entropy(labels, logits):
     """Single-label fine-tuning loss: mean_b( -sum_c y[b, c] * log(softmax(x[b])_c) ).
 
-    labels are one-hot (train.decode_class_index), as the original fine-tuning script's
+    labels are one-hot (records.class_index_label), as the original fine-tuning script's
     softmax cross-entropy on ImageNet class indices.
     """
     return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits_v2(
         labels=tf.stop_gradient(tf.cast(labels, tf.float32)),
         logits=tf.cast(logits, tf.float32)))
+
+
+def cross_entropy_of(opts, labels, logits, update):
+    """The run's cross-entropy (opts: flags.Options): softmax_cross_entropy for
+    --label_type=single, else multilabel_cross_entropy with --mask_thres, --neg_select and
+    --random_seed. Returns (cross_entropy, the loss counters' tensors by name, or {})."""
+    if opts.label_type == 'single':
+        return softmax_cross_entropy(labels, logits), {}
+    return multilabel_cross_entropy(labels, logits, opts.mask_thres, opts.neg_select,
+                                    opts.random_seed, update=update)
+
+
+def weight_decay_of(opts, variables):
+    """The run's L2 term: weight_decay_loss with --weight_decay and --bn_weight_decay."""
+    return weight_decay_loss(variables, opts.weight_decay, opts.bn_weight_decay)

@@ -60,9 +60,8 @@ def warmup_learning_rate(global_step, lr_warmup, lr_warmup_decay_step, lr_warmup
     return lr_warmup * tf.pow(float(lr_warmup_decay_factor), stairs)
 
 
-def learning_rate(global_step, lr, lr_decay_step=0, lr_decay_factor=0.1, warmup=0,
-                  lr_warmup=0.1, lr_warmup_decay_step=0, lr_warmup_decay_factor=1.414,
-                  schedule='piecewise'):
+def learning_rate(global_step, lr, lr_decay_step, lr_decay_factor, warmup, lr_warmup,
+                  lr_warmup_decay_step, lr_warmup_decay_factor, schedule):
     """The warm-up rate while global_step < warmup, the `schedule` rate after
     ('piecewise': pre-training's, 'exponential': fine-tuning's)."""
     if lr_decay_step < 0:
@@ -79,3 +78,11 @@ def learning_rate(global_step, lr, lr_decay_step=0, lr_decay_factor=0.1, warmup=
     warm = warmup_learning_rate(global_step, lr_warmup, lr_warmup_decay_step,
                                 lr_warmup_decay_factor)
     return tf.where(tf.cast(global_step, tf.int64) < warmup, warm, decayed)
+
+
+def learning_rate_of(opts, global_step):
+    """The run's learning rate (opts: flags.Options): learning_rate with --lr, --lr_decay_step,
+    --lr_decay_factor, the warm-up flags and --lr_schedule."""
+    return learning_rate(global_step, opts.lr, opts.lr_decay_step, opts.lr_decay_factor,
+                         opts.warmup, opts.lr_warmup, opts.lr_warmup_decay_step,
+                         opts.lr_warmup_decay_factor, opts.lr_schedule)

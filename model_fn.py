@@ -14,9 +14,12 @@ Momentum, and the summaries.
                  name contains stages_2, stages_3, global_pool or logits
 
 Summaries: images, cross_entropy, train_accuracy, learning_rate, skipped_records and the
-loss's histograms; evaluation metrics are metrics.multilabel_metrics, with params
+loss's histograms; evaluation metrics are metrics.multilabel_metrics, with the run's
 leaf_mask (train.py --hierarchy) also mAP_leaf over the classes L with leaf_mask true and
 mAP_inner over the others (metrics.masked_mean with M = L, then M = not L).
+
+The settings come whole, as the run's options (flags.Options: every flag's value), and
+what is derived from them for this run, as a Run.
 """
 import collections
 
@@ -32,6 +35,20 @@ import lr_schedule
 import metrics
 import precision
 import resnet
+
+# What the model_fn needs beyond the options: the values derived for this run. Inference
+# needs only the data format.
+Run = collections.namedtuple('Run', [
+    'data_format',             # 'channels_first' or 'channels_last' (--data_format resolved)
+    'images_per_step',         # images a training step of this process: replicas x batch
+    'images_per_global_step',  # images a global step of the whole job
+    'max_steps',               # the last global step (--max_iter), None = no end
+    'worker_name',             # the log line's name of this task
+    'job',                     # a task of a cluster: the log line adds the job's rate
+    'legacy_counters',         # model_dir holds the original program's counter names
+    'leaf_mask',               # --hierarchy: class_num bools, true for a leaf; or None
+    'warm_start',              # (checkpoint, variable names) to fine-tune from, or None
+], defaults=(None, None, None, 'worker', False, False, None, None))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -67,29 +84,21 @@ def hierarchy_masks(leaf_mask):
     return collections.OrderedDict([('leaf', leaf), ('inner', [not x for x in leaf])])
 
 
-def resnet_model_fn(features, labels, mode, params):
-    """The Estimator model_fn (see the module docstring).
+def make_model_fn(opts, run):
+    """The Estimator model_fn(features, labels, mode) of a run (see the module docstring):
+    opts, the run's flags.Options; run, a Run."""
+    def model_fn(features, labels, mode):
+        return resnet_model_fn(features, labels, mode, opts, run)
+    return model_fn
 
-    params: resnet_size, class_num, data_format, batch_norm_decay, batch_norm_epsilon
-    (all a prediction needs), and for training and evaluation mask_thres, neg_select,
-    random_seed, weight_decay, lr, lr_decay_step, lr_decay_factor, warmup, lr_warmup,
-    lr_warmup_decay_step, lr_warmup_decay_factor, opt_momentum, batch_size (images a step
-    of this process), log_interval, max_steps; optional: label_type ('multi': the
-    original's weighted multi-label loss; 'single': softmax cross-entropy), frozen_stages
-    (FixBlock2: 2), frozen_bn ('train' or 'inference', see resnet.ResNet), lr_schedule
-    ('piecewise' or 'exponential'), optimizer ('mom' or 'sgd'), bn_weight_decay (the
-    fraction of weight_decay on batch-norm gamma/beta, default 0), dtype, pretrain_ckpt
-    and warm_start (checkpoint variable names to
-    initialise from it, see checkpoints.warm_start_names), legacy_counters and
-    max_to_keep (checkpoints.legacy_saver), images_per_global_step, worker_name and job
-    (the log line's whole-job rate, see hooks.TrainingLogHook), leaf_mask (class_num
-    bools, true for a leaf of the hierarchy: evaluation adds mAP_leaf and mAP_inner).
-    """
+
+def resnet_model_fn(features, labels, mode, opts, run):
+    """The EstimatorSpec of a batch (see the module docstring)."""
     training = mode == tf.estimator.ModeKeys.TRAIN
     skipped = None
     if isinstance(features, dict) and input_pipeline.SYNTHETIC in features:
         features, labels = input_pipeline.synthetic_batch(features[input_pipeline.SYNTHETIC],
-                                                          params['class_num'])
+                                                          opts.class_num)
     elif isinstance(features, dict):
         skipped = features.get('skipped_records')
         features = features['image']
@@ -99,18 +108,16 @@ def resnet_model_fn(features, labels, mode, params):
     with tf.xla.experimental.jit_scope(compile_ops=False):
         features = image_preprocess.network_input(features, training)
     tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
-    model = resnet.ResNet(params['resnet_size'], params['class_num'], params['data_format'],
-                          params['batch_norm_decay'], params['batch_norm_epsilon'],
-                          params.get('frozen_stages', 0),
-                          params.get('frozen_bn', 'train'))
-    dtype = params.get('dtype', 'fp32')
-    with precision.model_scope(dtype):
-        logits = precision.float32(model(precision.model_input(features, dtype), training))
+    model = resnet.ResNet(opts.resnet_size, opts.class_num, run.data_format,
+                          opts.batch_norm_decay, opts.batch_norm_epsilon,
+                          2 if opts.FixBlock2 else 0, opts.frozen_bn)
+    with precision.model_scope(opts.dtype):
+        logits = precision.float32(model(precision.model_input(features, opts.dtype), training))
     model.features = precision.float32(model.features)
-    if training and params.get('warm_start'):
+    if training and run.warm_start:
         # Changes only the initializers: a checkpoint in model_dir still wins on restart.
-        tf.train.init_from_checkpoint(params['pretrain_ckpt'],
-                                      {name: name for name in params['warm_start']})
+        checkpoint, names = run.warm_start
+        tf.train.init_from_checkpoint(checkpoint, {name: name for name in names})
     predictions = {
         'classes': tf.argmax(logits, axis=1),
         'probabilities': tf.nn.softmax(logits),
@@ -120,21 +127,14 @@ def resnet_model_fn(features, labels, mode, params):
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
-    stats = {}
-    if params.get('label_type', 'multi') == 'single':
-        cross_entropy = loss_lib.softmax_cross_entropy(labels, logits)
-    else:
-        cross_entropy, stats = loss_lib.multilabel_cross_entropy(
-            labels, logits, params['mask_thres'], params['neg_select'],
-            params['random_seed'], update=training)
+    cross_entropy, stats = loss_lib.cross_entropy_of(opts, labels, logits, update=training)
     # With several replicas the step's cross_entropy is the mean over their batches (the
     # loss of the global batch); the gradient comes from each replica's own.
     reported_cross_entropy = distribute.all_reduce_mean(cross_entropy)
     tf.summary.scalar('cross_entropy', reported_cross_entropy)
     trained = trained_variables(tf.trainable_variables(), model)
     # Over every trainable variable as the original: the frozen ones add only a constant.
-    loss = cross_entropy + loss_lib.weight_decay_loss(
-        tf.trainable_variables(), params['weight_decay'], params.get('bn_weight_decay', 0.0))
+    loss = cross_entropy + loss_lib.weight_decay_of(opts, tf.trainable_variables())
     # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
     # even the one saved at the end) can hold the broken weights. The histograms, which
     # reject NaN themselves, wait for this check: the same failure always gets its name.
@@ -148,13 +148,10 @@ def resnet_model_fn(features, labels, mode, params):
     train_op, training_hooks = None, []
     if training:
         global_step = tf.train.get_or_create_global_step()
-        lr = lr_schedule.learning_rate(
-            global_step, params['lr'], params['lr_decay_step'], params['lr_decay_factor'],
-            params['warmup'], params['lr_warmup'], params['lr_warmup_decay_step'],
-            params['lr_warmup_decay_factor'], params.get('lr_schedule', 'piecewise'))
+        lr = lr_schedule.learning_rate_of(opts, global_step)
         tf.summary.scalar('learning_rate', lr)
-        optimizer = make_optimizer(params.get('optimizer', 'mom'), lr, params['opt_momentum'])
-        optimizer = precision.wrap_optimizer(optimizer, dtype)
+        optimizer = make_optimizer(opts.optimizer, lr, opts.opt_momentum)
+        optimizer = precision.wrap_optimizer(optimizer, opts.dtype)
         with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS) + [finite]):
             train_op = optimizer.minimize(loss, global_step, var_list=trained)
         logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
@@ -163,9 +160,8 @@ def resnet_model_fn(features, labels, mode, params):
             logged['skipped_records'] = tf.reduce_max(skipped)
             tf.summary.scalar('skipped_records', logged['skipped_records'])
         training_hooks.append(hooks.TrainingLogHook(
-            logged, params['batch_size'], params['log_interval'], params.get('max_steps'),
-            params.get('images_per_global_step'), params.get('worker_name'),
-            params.get('job', False)))
+            logged, run.images_per_step, opts.log_interval, run.max_steps,
+            run.images_per_global_step, run.worker_name, run.job))
     eval_metrics = None
     if mode == tf.estimator.ModeKeys.EVAL:
         # The histograms of mAP cannot place a NaN: say what it means instead.
@@ -173,14 +169,12 @@ def resnet_model_fn(features, labels, mode, params):
             predictions['scores'], 'the model outputs NaN or Inf in inference mode (a '
             'diverged model, or one trained too briefly for its batch-norm moving averages)')
         eval_metrics = metrics.multilabel_metrics(
-            labels, scores, params['mask_thres'],
-            class_masks=hierarchy_masks(params.get('leaf_mask')))
+            labels, scores, opts.mask_thres, class_masks=hierarchy_masks(run.leaf_mask))
         eval_metrics['cross_entropy'] = tf.metrics.mean(cross_entropy)
     scaffold = None
-    if params.get('legacy_counters'):
+    if run.legacy_counters:
         # Built last: the saver must see every variable, the Momentum slots included.
-        scaffold = tf.train.Scaffold(
-            saver=checkpoints.legacy_saver(params.get('max_to_keep', 5)))
+        scaffold = tf.train.Scaffold(saver=checkpoints.legacy_saver(opts.max_to_keep))
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=training_hooks, scaffold=scaffold)

@@ -107,8 +107,8 @@ def parse_fields(value, names):
     return tf.parse_single_example(value, {name: RECORD_FEATURES[name] for name in names})
 
 
-def parse_record(value, is_training, image_size, class_num, object_cover=0.7,
-                 area_cover=0.7, label_type='multi', augment_on='cpu'):
+def parse_record(value, is_training, image_size, class_num, object_cover, area_cover,
+                 label_type, augment_on):
     """A serialized tf.train.Example -> (image [S, S, 3] in [-1, 1], label [class_num]).
 
     label_type 'multi': the label is class_num float32 in either layout; 'single': `label`

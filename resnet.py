@@ -23,6 +23,8 @@ trainable_under_fixblock2 (the original's name test: stages_2, stages_3, global_
 """
 import tensorflow.compat.v1 as tf
 
+from errors import UsageError
+
 # resnet_size -> (block type, blocks per stage)
 _ARCHITECTURES = {
     18: ('basic', [2, 2, 2, 2]),
@@ -55,6 +57,21 @@ def normalize_data_format(data_format):
     except (KeyError, AttributeError):
         raise ValueError('data_format must be NCHW, channels_first, NHWC or channels_last, '
                          'got %r' % (data_format,))
+
+
+def resolve_data_format(data_format, has_gpu):
+    """--data_format: 'auto' -> NCHW with a GPU, NHWC without; NCHW without a GPU is an
+    error (TensorFlow's CPU convolutions are NHWC only). Raises errors.UsageError."""
+    if data_format.lower() == 'auto':
+        return 'channels_first' if has_gpu else 'channels_last'
+    try:
+        resolved = normalize_data_format(data_format)
+    except ValueError as e:
+        raise UsageError('--data_format: %s' % e)
+    if resolved == 'channels_first' and not has_gpu:
+        raise UsageError('--data_format=%s needs a GPU: TensorFlow\'s CPU convolutions '
+                         'support only NHWC (use --data_format=NHWC or auto)' % data_format)
+    return resolved
 
 
 def batch_norm(inputs, name, training, data_format, decay, epsilon):

@@ -9,7 +9,7 @@ and tools/extract_features.py, so that their numbers cannot drift apart:
                                    side 256 x S / 224 with OpenCV's bilinear, centre S x S)
                                  eval: decode_image -> preprocess_image(is_training=False)
                                    (train.py's evaluation: central 80 %, squashed to S x S)
-                            -> model_fn.resnet_model_fn(..., PREDICT, params)
+                            -> model_fn.make_model_fn(opts, Run(data_format))(..., PREDICT)
                             -> scores (sigmoid), probabilities (softmax),
                                top_k_classes / top_k_scores (by sigmoid score), features
 
@@ -34,6 +34,7 @@ import devices
 import image_preprocess
 import inference_io
 import model_fn
+import resnet
 from errors import UsageError, op_error_text
 from inference_io import DEFAULT_THRESHOLD, DEFAULT_TOP_K
 
@@ -78,16 +79,6 @@ def preprocess_batch(encoded, image_size, preprocess=DEFAULT_PREPROCESS):
                                                        tf.float32))
 
 
-def inference_params(resnet_size, class_num, data_format='channels_last',
-                     batch_norm_decay=0.997, batch_norm_epsilon=1e-5, dtype='fp32'):
-    """The params of model_fn.resnet_model_fn that a prediction reads, by default with the
-    training defaults of flags.py -- what the tools use; train.py passes its own
-    (training.model_params)."""
-    return {'resnet_size': resnet_size, 'class_num': class_num, 'data_format': data_format,
-            'batch_norm_decay': batch_norm_decay, 'batch_norm_epsilon': batch_norm_epsilon,
-            'frozen_stages': 0, 'dtype': dtype}
-
-
 def serving_outputs(predictions, top_k):
     """resnet_model_fn's predictions -> the serving outputs (OUTPUT_KEYS)."""
     class_num = tf.compat.dimension_value(predictions['scores'].shape[-1])
@@ -97,12 +88,15 @@ def serving_outputs(predictions, top_k):
             'features': predictions['features']}
 
 
-def build_inference_graph(params, image_size, top_k=DEFAULT_TOP_K,
+def build_inference_graph(opts, data_format, top_k=DEFAULT_TOP_K,
                           preprocess=DEFAULT_PREPROCESS):
-    """In the default graph: the string placeholder of encoded images and the outputs."""
+    """In the default graph: the string placeholder of encoded images and the outputs of
+    the model of opts (flags.Options: resnet_size, class_num, image_size, the batch-norm
+    settings, dtype) in data_format."""
     encoded = tf.placeholder(tf.string, [None], name='encoded_images')
-    images = preprocess_batch(encoded, image_size, preprocess)
-    spec = model_fn.resnet_model_fn(images, None, tf.estimator.ModeKeys.PREDICT, params)
+    images = preprocess_batch(encoded, opts.image_size, preprocess)
+    model = model_fn.make_model_fn(opts, model_fn.Run(data_format=data_format))
+    spec = model(images, None, tf.estimator.ModeKeys.PREDICT)
     return encoded, serving_outputs(spec.predictions, top_k)
 
 
@@ -176,9 +170,11 @@ def is_saved_model(directory):
                for name in ('saved_model.pb', 'saved_model.pbtxt'))
 
 
-def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DEFAULT_TOP_K,
+def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
                        preprocess=DEFAULT_PREPROCESS, version=None):
-    """Writes the inference graph with the checkpoint's weights as the SavedModel
+    """Writes the inference graph of opts (build_inference_graph; NHWC, which runs on CPUs
+    and GPUs alike -- the variables do not depend on the layout) with the checkpoint's
+    weights as the SavedModel
     export_dir/<version>/ (TensorFlow Serving's layout; earlier versions stay), its
     preprocessing (PREPROCESSING[preprocess]) built in and recorded in the SavedModel's
     assets.extra/preprocessing.txt (`preprocess=NAME: description`). version: by default
@@ -199,7 +195,7 @@ def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DE
     building = os.path.join(work, 'saved_model')
     try:
         with tf.Graph().as_default():
-            encoded, outputs = build_inference_graph(params, image_size, top_k, preprocess)
+            encoded, outputs = build_inference_graph(opts, 'channels_last', top_k, preprocess)
             with tf.Session(config=devices.session_config()) as session:
                 restore(session, checkpoint_path)
                 signature = tf.saved_model.signature_def_utils.predict_signature_def(
@@ -211,7 +207,7 @@ def export_saved_model(checkpoint_path, export_dir, params, image_size, top_k=DE
                 builder.save()
         os.makedirs(os.path.join(building, os.path.dirname(PREPROCESSING_FILE)))
         with open(os.path.join(building, PREPROCESSING_FILE), 'w') as f:
-            f.write(preprocessing_line(preprocess, image_size) + '\n')
+            f.write(preprocessing_line(preprocess, opts.image_size) + '\n')
         os.rename(building, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -242,11 +238,11 @@ class Predictor(object):
             self._decoded_shape = tf.shape(image_preprocess.decode_image(self._one))
 
     @classmethod
-    def from_checkpoint(cls, checkpoint_path, params, image_size, top_k=DEFAULT_TOP_K,
+    def from_checkpoint(cls, checkpoint_path, opts, data_format, top_k=DEFAULT_TOP_K,
                         preprocess=DEFAULT_PREPROCESS):
         graph = tf.Graph()
         with graph.as_default():
-            encoded, outputs = build_inference_graph(params, image_size, top_k, preprocess)
+            encoded, outputs = build_inference_graph(opts, data_format, top_k, preprocess)
             session = tf.Session(graph=graph, config=devices.session_config())
             try:
                 restore(session, checkpoint_path)
@@ -254,7 +250,7 @@ class Predictor(object):
                 session.close()
                 raise
         return cls(session, encoded, outputs, checkpoint_path,
-                   preprocessing_line(preprocess, image_size))
+                   preprocessing_line(preprocess, opts.image_size))
 
     @classmethod
     def from_saved_model(cls, export_dir):
@@ -299,17 +295,17 @@ class Predictor(object):
         self.session.close()
 
 
-def load_predictor(checkpoint=None, saved_model=None, image_size=None, resnet_size=None,
-                   class_num=None, top_k=DEFAULT_TOP_K, data_format=None, params=None,
-                   checkpoint_flag='checkpoint', preprocess=DEFAULT_PREPROCESS):
+def load_predictor(checkpoint=None, saved_model=None, opts=None, resnet_size=None,
+                   class_num=None, top_k=DEFAULT_TOP_K, checkpoint_flag='checkpoint',
+                   preprocess=DEFAULT_PREPROCESS):
     """A Predictor from a checkpoint (a model directory or a checkpoint path; errors name it
     as --<checkpoint_flag>) or a SavedModel.
 
-    With a checkpoint the architecture and class count are read from its variables
-    (resnet_size / class_num, when given, are checked against them); params replaces
-    inference_params (train.py passes its flags). With a SavedModel everything is fixed
-    at export (its preprocessing too); class_num is checked. preprocess: PREPROCESSING's
-    key for a checkpoint.
+    With a checkpoint: the model of opts (flags.Options; its --data_format resolved for the
+    GPUs this process sees), with the architecture and class count read from the
+    checkpoint's variables (resnet_size / class_num, when given, are checked against
+    them). With a SavedModel everything is fixed at export (its preprocessing too);
+    class_num is checked. preprocess: PREPROCESSING's key for a checkpoint.
     """
     if saved_model:
         predictor = Predictor.from_saved_model(saved_model)
@@ -322,13 +318,10 @@ def load_predictor(checkpoint=None, saved_model=None, image_size=None, resnet_si
         raise UsageError('no checkpoint given')
     path = checkpoints.resolve_checkpoint(checkpoint, checkpoint_flag)
     resnet_size, class_num = checkpoints.checkpoint_model(path, resnet_size, class_num)
-    if params is None:
-        if data_format is None:
-            gpus = tf.config.experimental.list_physical_devices('GPU')
-            data_format = 'channels_first' if gpus else 'channels_last'  # as 'auto'
-        params = inference_params(resnet_size, class_num, data_format)
+    opts = opts._replace(resnet_size=resnet_size, class_num=class_num)
+    data_format = resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0)
     check_preprocess(preprocess)
-    return Predictor.from_checkpoint(path, params, image_size, top_k, preprocess)
+    return Predictor.from_checkpoint(path, opts, data_format, top_k, preprocess)
 
 
 # ---------------------------------------------------------------------------- prediction

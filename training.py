@@ -29,27 +29,8 @@ import run_settings
 from errors import TrainingError, UsageError, op_error_text
 
 
-def gpu_count():
-    """The GPUs this process sees (after devices.choose)."""
-    return len(tf.config.list_physical_devices('GPU'))
-
-
-def resolve_data_format(data_format, has_gpu):
-    """'auto' -> NCHW with a GPU, NHWC without; NCHW without a GPU is an error."""
-    if data_format.lower() == 'auto':
-        return 'channels_first' if has_gpu else 'channels_last'
-    try:
-        resolved = resnet.normalize_data_format(data_format)
-    except ValueError as e:
-        raise UsageError('--data_format: %s' % e)
-    if resolved == 'channels_first' and not has_gpu:
-        raise UsageError('--data_format=%s needs a GPU: TensorFlow\'s CPU convolutions '
-                         'support only NHWC (use --data_format=NHWC or auto)' % data_format)
-    return resolved
-
-
 def training_steps(opts):
-    """--max_iter as the Estimator's max_steps: None (no end) for 0."""
+    """--max_iter as the Estimator's max_steps: None (no end) for -1."""
     return opts.max_iter if opts.max_iter > 0 else None
 
 
@@ -58,40 +39,30 @@ def evaluation_batches(opts):
     return opts.test_iter if opts.test_iter > 0 else None
 
 
-def performance_args(opts, has_gpu=None):
-    """input_fn's keyword arguments from the Performance options."""
-    has_gpu = gpu_count() > 0 if has_gpu is None else has_gpu
-    return {'augment_on': input_pipeline.resolve_augment_on(opts.augment_on, has_gpu),
-            'use_synthetic_data': opts.use_synthetic_data,
-            'private_threads': opts.private_threads}
+def data_format(opts):
+    """--data_format for the GPUs this process sees (resnet.resolve_data_format)."""
+    return resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0)
 
 
-def model_params(opts, data_format):
-    """The params of model_fn.resnet_model_fn for this run."""
-    return {
-        'resnet_size': opts.resnet_size, 'class_num': opts.class_num,
-        'data_format': data_format,
-        'batch_norm_decay': opts.batch_norm_decay,
-        'batch_norm_epsilon': opts.batch_norm_epsilon,
-        'mask_thres': opts.mask_thres, 'neg_select': opts.neg_select,
-        'random_seed': opts.random_seed, 'weight_decay': opts.weight_decay, 'lr': opts.lr,
-        'lr_decay_step': opts.lr_decay_step, 'lr_decay_factor': opts.lr_decay_factor,
-        'warmup': opts.warmup, 'lr_warmup': opts.lr_warmup,
-        'lr_warmup_decay_step': opts.lr_warmup_decay_step,
-        'lr_warmup_decay_factor': opts.lr_warmup_decay_factor,
-        'opt_momentum': opts.opt_momentum, 'batch_size': opts.batch_size,
-        'log_interval': opts.log_interval,
-        'max_steps': training_steps(opts),
-        'max_to_keep': opts.max_to_keep,
-        'legacy_counters': checkpoints.has_legacy_counters(opts.model_dir),
-        'label_type': opts.label_type, 'frozen_stages': 2 if opts.FixBlock2 else 0,
-        'dtype': opts.dtype,
-        # the fine-tuning rules (flags.py, group Fine-tuning rules)
-        'lr_schedule': opts.lr_schedule, 'optimizer': opts.optimizer,
-        'bn_weight_decay': opts.bn_weight_decay, 'frozen_bn': opts.frozen_bn,
-        # mAP_leaf / mAP_inner in evaluation (flags.py --hierarchy)
-        'leaf_mask': leaf_mask(opts.hierarchy, opts.class_num) if opts.hierarchy else None,
-    }
+def augment_on(opts):
+    """--augment_on for the GPUs this process sees (input_pipeline.resolve_augment_on)."""
+    return input_pipeline.resolve_augment_on(opts.augment_on, devices.gpu_count() > 0)
+
+
+def model_run(opts, data_format, plan=None, warm_start=None):
+    """The model_fn.Run of this process: plan, the distribute.Plan of a training run (images
+    a step of this process and of the job, the task); warm_start, (checkpoint, names)."""
+    run = model_fn.Run(
+        data_format=data_format, max_steps=training_steps(opts),
+        legacy_counters=checkpoints.has_legacy_counters(opts.model_dir),
+        leaf_mask=leaf_mask(opts.hierarchy, opts.class_num) if opts.hierarchy else None,
+        warm_start=warm_start)
+    if plan is None:
+        return run
+    return run._replace(images_per_step=plan.images_per_step,
+                        images_per_global_step=plan.images_per_global_step,
+                        worker_name=plan.task.name if plan.task else 'worker',
+                        job=plan.task is not None)
 
 
 @functools.lru_cache(maxsize=2)
@@ -117,7 +88,7 @@ def cluster_plan(opts):
     try:
         # The process sees the GPUs devices.choose left visible (--visiable_gpu).
         plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num,
-                               opts.worker_id, opts.batch_size, gpu_count())
+                               opts.worker_id, opts.batch_size, devices.gpu_count())
     except distribute.ConfigError as e:
         raise UsageError(str(e))
     if (plan.replicas > 1 or plan.distribution != 'none') and \
@@ -158,9 +129,9 @@ def session_config(opts, device_filters=()):
     return config
 
 
-def make_estimator(opts, data_format, warm_start=None, plan=None):
-    """The Estimator of this run; warm_start = (checkpoint, variable names) to fine-tune;
-    plan: distribute.Plan of a training run (its strategy, cluster role, images a step)."""
+def make_estimator(opts, run, plan=None):
+    """The Estimator of this run: opts, the run's options; run, its model_fn.Run; plan, the
+    distribute.Plan of a training run (its strategy and cluster role)."""
     # An evaluator is not a member of the cluster: a local session, no strategy.
     cluster_member = plan is not None and not plan.evaluates
     # What RunConfig does when it makes the session config: a ps-mode task sees only the
@@ -173,18 +144,10 @@ def make_estimator(opts, data_format, warm_start=None, plan=None):
         log_step_count_steps=opts.log_interval,
         session_config=session_config(opts, filters),
         train_distribute=distribute.train_distribute(
-            plan.distribution, opts.num_gpus, gpu_count=gpu_count())
+            plan.distribution, opts.num_gpus, gpu_count=devices.gpu_count())
         if cluster_member else None)
-    params = model_params(opts, data_format)
-    if plan is not None:
-        params['batch_size'] = plan.images_per_step  # images a step of this process
-        params['images_per_global_step'] = plan.images_per_global_step
-        params['worker_name'] = plan.task.name if plan.task else 'worker'
-        params['job'] = plan.task is not None
-    if warm_start:
-        params['pretrain_ckpt'], params['warm_start'] = warm_start
-    return tf.estimator.Estimator(model_fn=model_fn.resnet_model_fn,
-                                  model_dir=opts.model_dir, config=run_config, params=params)
+    return tf.estimator.Estimator(model_fn=model_fn.make_model_fn(opts, run),
+                                  model_dir=opts.model_dir, config=run_config)
 
 
 # TensorFlow's words for an op it cannot put on a device: a placement problem, not data.
@@ -241,22 +204,13 @@ def log_to_file(log_dir, name='train.log'):
 
 
 def eval_input_fn(opts, files):
-    return lambda: input_pipeline.input_fn(
-        False, opts.data_dir, opts.batch_size, opts.class_num, opts.image_size,
-        num_parallel_calls=opts.num_preprocess_threads, files=files,
-        label_type=opts.label_type, augment_on=performance_args(opts)['augment_on'])
+    return lambda: input_pipeline.input_fn(opts, False, files, augment_on(opts))
 
 
 def training_input_fn(opts, files, record_shard=None):
     """The training input_fn; under a strategy it is called once per worker and every
     replica takes its own batch of --batch_size from it."""
-    return lambda: input_pipeline.input_fn(
-        True, opts.data_dir, opts.batch_size, opts.class_num, opts.image_size,
-        file_pattern=opts.file_pattern, file_shuffle_buffer=opts.file_shuffle_buffer,
-        shuffle_buffer=opts.shuffle_buffer, num_parallel_calls=opts.num_preprocess_threads,
-        files=files, skip_bad_records=opts.skip_bad_records,
-        object_cover=opts.object_cover, area_cover=opts.area_cover,
-        label_type=opts.label_type, record_shard=record_shard, **performance_args(opts))
+    return lambda: input_pipeline.input_fn(opts, True, files, augment_on(opts), record_shard)
 
 
 def cluster_eval_spec(opts, val_files):
@@ -277,7 +231,6 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
     """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
     Without an estimator: --checkpoint_path, else the latest in --model_dir."""
     if estimator is None:
-        data_format = resolve_data_format(opts.data_format, gpu_count() > 0)
         files = evaluation_files(opts)
         checkpoint_path = opts.checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
         if not checkpoint_path:
@@ -286,7 +239,7 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
         if not tf.train.checkpoint_exists(checkpoint_path):
             raise UsageError('--checkpoint_path=%s does not exist' % checkpoint_path)
         log_to_file(opts.log_dir)
-        estimator = make_estimator(opts, data_format)
+        estimator = make_estimator(opts, model_run(opts, data_format(opts)))
     checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
     checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
     try:
@@ -335,20 +288,21 @@ def remember_settings(model_dir, settings):
                     path, path)
 
 
-def train(opts, settings=None):
+def train(opts, settings=None, extra_hooks=()):
     """Trains to global step --max_iter (evaluating every --test_interval steps in
     train_and_eval mode); the options are validated (train.validate). settings: (header
-    lines, flag lines) the chief writes to <model_dir>/flags.txt. Returns the Estimator."""
+    lines, flag lines) the chief writes to <model_dir>/flags.txt; extra_hooks: more
+    SessionRunHooks of every training session. Returns the Estimator."""
     plan = cluster_plan(opts)
-    data_format = resolve_data_format(opts.data_format, gpu_count() > 0)
+    layout = data_format(opts)
     files, record_shard = ([], None) if opts.use_synthetic_data or not plan.trains else \
         training_files(opts, plan)
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
                  else None)
-    warm_start = pretrained_variables(opts, data_format)
+    warm_start = pretrained_variables(opts, layout)
     log_to_file(opts.log_dir, plan.log_name)
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
-                    distribute.describe_devices(plan, opts.batch_size), gpu_count())
+                    distribute.describe_devices(plan, opts.batch_size), devices.gpu_count())
     if plan.trains:
         tf.logging.info(describe_epochs(opts, plan))
     if settings and plan.trains and (plan.task is None or plan.task.type == 'chief'):
@@ -370,10 +324,10 @@ def train(opts, settings=None):
                         if opts.test_iter else 'all', len(val_files),
                         opts.max_iter if opts.max_iter > 0 else 'infinity (never stops)')
     tf.logging.info('data_format %s, ResNet-%d, %d classes, batch %d, image %d',
-                    data_format, opts.resnet_size, opts.class_num, opts.batch_size,
+                    layout, opts.resnet_size, opts.class_num, opts.batch_size,
                     opts.image_size)
     tf.logging.info('augmentation on %s, dtype %s, XLA %s%s',
-                    performance_args(opts)['augment_on'], opts.dtype,
+                    augment_on(opts), opts.dtype,
                     'on' if opts.xla else 'off',
                     ', synthetic data (no file is read)' if opts.use_synthetic_data else '')
     if opts.lr_decay_step == 0:
@@ -381,16 +335,13 @@ def train(opts, settings=None):
                         'warm-up)', opts.lr)
     checkpoints.check_checkpoint_head(checkpoints.latest_checkpoint(opts.model_dir),
                                       opts.class_num)
-    warm_start = log_fine_tuning(opts, warm_start)
-    estimator = make_estimator(opts, data_format, warm_start, plan)
+    run = model_run(opts, layout, plan, log_fine_tuning(opts, warm_start))
+    estimator = make_estimator(opts, run, plan)
     tracker = hooks.StepTracker()
-    run_hooks = [tracker, hooks.RestartLimitHook()]
-    gate = hooks.TestGateHook.from_environment()
-    if gate:
-        run_hooks.append(gate)
+    run_hooks = [tracker, hooks.RestartLimitHook()] + list(extra_hooks)
     if plan.distribution == 'ps' and opts.max_iter > 0:
         run_hooks.append(hooks.StopAtGlobalStepHook(opts.max_iter))
-    if estimator.params['legacy_counters']:
+    if run.legacy_counters:
         tf.logging.info('%s holds a checkpoint of the original program: its loss counters '
                         'are read and written as %s', opts.model_dir,
                         ' and '.join(sorted(checkpoints.LEGACY_COUNTER_NAMES.values())))

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
+import flags as flags_lib
 from tools import make_tfrecords
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -236,3 +237,8 @@ def write_shard(path, records):
         for serialized in records:
             writer.write(serialized)
     return path
+
+
+def options(**given):
+    """train.py's options with every flag at its default (flags.defaults) but the given."""
+    return flags_lib.defaults()._replace(**given)

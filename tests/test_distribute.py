@@ -15,7 +15,7 @@ import distribute
 import file_db
 import input_pipeline
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import ENV, ROOT, run_train, scalar_tags
+from helpers import ENV, ROOT, options, run_train, scalar_tags
 
 
 def config(cluster, task_type, index):
@@ -146,9 +146,9 @@ def test_fewer_files_than_workers_split_by_record(tmp_path):
     for worker in range(3):
         share, record_shard = file_db.data_share(files, 3, worker)
         with tf.Graph().as_default():
-            dataset = input_pipeline.input_fn(True, None, 1, 12, 8, files=share,
-                                     record_shard=record_shard, shuffle_buffer=4,
-                                     num_parallel_calls=1)
+            opts = options(batch_size=1, class_num=12, image_size=8, shuffle_buffer=4,
+                           num_preprocess_threads=1)
+            dataset = input_pipeline.input_fn(opts, True, share, 'device', record_shard)
             labels = tf.data.make_one_shot_iterator(dataset).get_next()[1]
             with tf.Session() as sess:
                 # 10 records: workers 0 gets 4, the others 3 a pass; one pass each
@@ -317,7 +317,9 @@ for replicas in (1, 2):
             shutil.copy(path, F.model_dir)
         tf.train.update_checkpoint_state(F.model_dir, F.model_dir + '/model.ckpt-0')
     plan = distribute.plan('none', replicas, 1, 0, F.batch_size, replicas, {})
-    estimator = training.make_estimator(train.options(F), 'channels_last', None, plan)
+    opts = flags_lib.options(F)
+    estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan),
+                                        plan)
     estimator._session_config.device_count['CPU'] = 2
     estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
                     max_steps=STEPS)
@@ -422,9 +424,10 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.0
    '--visiable_gpu=-1', '--use_synthetic_data', '--batch_size=2', '--num_gpus=2',
    '--model_dir=' + sys.argv[1]])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
-estimator = training.make_estimator(train.options(F), 'channels_last', None, plan)
+opts = flags_lib.options(F)
+estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
 estimator._session_config.device_count['CPU'] = 2
-estimator.train(training.training_input_fn(train.options(F), []), max_steps=2)
+estimator.train(training.training_input_fn(opts, []), max_steps=2)
 print(estimator.get_variable_value('global_step'),
       int(estimator.get_variable_value('pos_count').sum()))
 '''

@@ -3,7 +3,6 @@ with batch-norm statistics and a new head, --FixBlock2 with training- and infere
 batch norm in the frozen stages, --label_type=single, the fine-tuning rules (exponential
 schedule, L2 on batch norm at 0.1 x weight_decay, sgd) against numpy references read back
 from TensorBoard and the checkpoints, finetune.sh's flag names, bad input."""
-import math
 import io
 import os
 
@@ -12,6 +11,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
+import references
 from helpers import run_train, scalar_tags, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow
@@ -186,29 +186,6 @@ def test_label_layout_mismatches_are_named(setup, tmp_path):
 
 # ------------------------------------------------------------ finetune.py's rules
 
-def exponential_rate(step, lr, decay_step, factor):
-    """finetune.py's exponential_decay(staircase=True): lr x factor^floor(step / decay_step)."""
-    return lr * factor ** math.floor(step / decay_step)
-
-
-def finetune_l2(path, weight_decay, bn_fraction):
-    """finetune.py's L2 term in numpy over the checkpoint's trainable variables (kernels,
-    bias, gamma, beta; frozen ones included): weight_decay x sum(v^2)/2 over names without
-    'bn' + bn_fraction x weight_decay x sum(v^2)/2 over names with 'bn'. Returns (term,
-    batch-norm part)."""
-    reader = tf.train.load_checkpoint(path)
-    plain = bn = 0.0
-    for name in reader.get_variable_to_shape_map():
-        if not name.endswith(('kernel', 'bias', 'gamma', 'beta')):
-            continue  # slots, moving statistics, step
-        half_square = np.sum(reader.get_tensor(name).astype(np.float64) ** 2) / 2
-        if 'bn' in name:
-            bn += half_square
-        else:
-            plain += half_square
-    return weight_decay * plain + bn_fraction * weight_decay * bn, bn_fraction * weight_decay * bn
-
-
 def frozen_names(names):
     return [n for n in body(names) if n.startswith(('init/', 'stages_0_', 'stages_1_'))]
 
@@ -238,12 +215,13 @@ def test_finetune_sh_rules_every_step_against_numpy(setup, tmp_path):
     logged = dict(scalars['learning_rate'])
     assert sorted(logged) == list(range(1, steps + 1))
     for t, value in logged.items():  # the summary of step t: global step t - 1
-        assert value == pytest.approx(exponential_rate(t - 1, lr, decay_step, factor),
+        assert value == pytest.approx(references.learning_rate(t - 1, lr, decay_step, factor,
+                                                       schedule='exponential'),
                                       rel=1e-6), t
     loss, ce = dict(scalars['loss']), dict(scalars['cross_entropy'])
     checkpoint = lambda t: os.path.join(model_dir, 'model.ckpt-%d' % t)  # noqa: E731
     for t in range(1, steps + 1):
-        want, bn_part = finetune_l2(checkpoint(t - 1), weight_decay, 0.1)
+        want, bn_part = references.l2_of_checkpoint(checkpoint(t - 1), weight_decay, 0.1)
         # float32 sums of ~11 M squares: 1e-4 relative, far below the batch-norm part
         tolerance = 1e-4 * want
         assert bn_part > 50 * tolerance

@@ -22,8 +22,7 @@ def parsed_options(args):
     values = absl_flags.FlagValues()
     values.append_flag_values(train.FLAGS)
     values(['train.py'] + list(args))
-    opts = train.options(values)
-    train.check_device_flags(opts)
+    opts = train.flags_lib.options(values)
     train.validate(opts)
     return opts
 

@@ -53,8 +53,10 @@ class Launch(object):
         self.lines, self.pids, self.errors = [], {}, []
         self.gate = gate
         env = dict(ENV, TRAIN_TEST_GATE='%d:%s' % (gate_step, gate)) if gate else ENV
+        program = ['--program', os.path.join(ROOT, 'tests', 'gated_train.py')] if gate else []
         self.process = subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, 'tools', 'launch_local_cluster.py')] + args,
+            [sys.executable, os.path.join(ROOT, 'tools', 'launch_local_cluster.py')]
+            + program + args,
             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self._on_line = on_line
         self._reader = threading.Thread(target=self._read, daemon=True)

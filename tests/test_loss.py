@@ -5,33 +5,9 @@ import tensorflow.compat.v1 as tf
 
 import loss as loss_lib
 import resnet
+from references import NumpyLoss, original_l2
 
 tf.disable_v2_behavior()
-
-
-class NumpyLoss(object):
-    """docs/original.md, Loss written out in numpy, with its own counters."""
-
-    def __init__(self, class_num, mask_thres):
-        self.pos_count = np.zeros(class_num)
-        self.neg_count = np.zeros(class_num)
-        self.mask_thres = mask_thres
-
-    @staticmethod
-    def w(v, floor):
-        return np.where(v > 0.01, v, floor)
-
-    def step(self, y, x, sel):
-        pos = (y >= self.mask_thres).any(axis=0).astype(np.float64)
-        self.pos_count = np.where(pos == 1, self.pos_count + 1, 0)
-        self.neg_count = np.where(pos == 1, 0, self.neg_count + sel)
-        pos_coef = pos * self.w(-np.log10((0.01 + self.pos_count) / 10), 0.01)
-        neg_coef = (1 - pos) * sel * self.w(-np.log10((8 + self.neg_count) / 10), 0.001)
-        coef = pos_coef + neg_coef
-        mask = (y != -1).astype(np.float64)
-        # -log(sigmoid(x)) = log(1 + e^-x); -log(1 - sigmoid(x)) = log(1 + e^x)
-        ce = 12 * y * np.logaddexp(0, -x) + (1 - y) * np.logaddexp(0, x)
-        return (ce * mask).mean(axis=0).dot(coef), coef
 
 
 def label_batches(rng, steps, batch, classes):
@@ -119,14 +95,14 @@ def test_loss_weight_threshold_and_floors(value, floor, expected):
     np.testing.assert_allclose(got, [expected], rtol=1e-6)
 
 
-def test_l2_regularization_skips_batch_norm():
+def test_the_original_l2_line_skips_batch_norm():
     rng = np.random.default_rng(0)
     a, b, bn = rng.normal(size=(3, 4)), rng.normal(size=5), rng.normal(size=6)
     with tf.Graph().as_default():
         va = tf.Variable(a, dtype=tf.float32, name='conv/kernel')
         vb = tf.Variable(b, dtype=tf.float32, name='dense/bias')
         vbn = tf.Variable(bn, dtype=tf.float32, name='x_bn/batch_normalization/gamma')
-        l2 = loss_lib.l2_regularization([va, vb, vbn], 1e-4)
+        l2 = original_l2([va, vb, vbn], 1e-4)
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             got = sess.run(l2)
@@ -148,7 +124,8 @@ def test_softmax_cross_entropy_matches_numpy():
 
 def test_fine_tuning_weight_decay_on_a_resnet_matches_numpy():
     """wd * sum l2 (no 'bn' in the name) + bn_wd * wd * sum l2 (batch-norm gamma/beta), on a
-    ResNet-18's trainable variables set to random values; bn_wd = 0 is the pre-training term."""
+    ResNet-18's trainable variables set to random values; bn_wd = 0 is the original's
+    pre-training line."""
     weight_decay = 1e-4
     with tf.Graph().as_default():
         resnet.ResNet(18, 5)(tf.zeros([1, 32, 32, 3]), training=True)
@@ -158,7 +135,7 @@ def test_fine_tuning_weight_decay_on_a_resnet_matches_numpy():
         randomize = [v.assign(tf.random.normal(tf.shape(v), stddev=10.0 if 'bn' in v.name
                                                else 0.3)) for v in variables]
         terms = {f: loss_lib.weight_decay_loss(variables, weight_decay, f) for f in (0.0, 0.1)}
-        pretraining = loss_lib.l2_regularization(variables, weight_decay)
+        pretraining = original_l2(variables, weight_decay)
         with tf.Session() as sess:
             sess.run(randomize)
             values, got, want_pretraining = sess.run([

@@ -1,33 +1,29 @@
 """The learning rate at and around every boundary, pre-training and fine-tuning schedules."""
-import math
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 import lr_schedule
+import references
+from helpers import options
 
 tf.disable_v2_behavior()
 
 
-def rates(steps, **kwargs):
+def rates(steps, schedule='piecewise', **kwargs):
+    """The schedule of train.py's options (flags.defaults) with the given flags."""
     with tf.Graph().as_default():
         step = tf.placeholder(tf.int64, [])
-        lr = lr_schedule.learning_rate(step, **kwargs)
+        lr = lr_schedule.learning_rate_of(options(lr_schedule=schedule, **kwargs), step)
         with tf.Session() as sess:
             return [float(sess.run(lr, {step: s})) for s in steps]
-
-
-def expected_decay(step, lr, decay_step, factor=0.1):
-    # values[k] while (k * decay_step) < step <= (k + 1) * decay_step
-    k = 0 if step <= decay_step else min(4, math.ceil(step / decay_step) - 1)
-    return lr * factor ** k
 
 
 def test_piecewise_decay_at_every_boundary():
     steps = [0, 1, 99, 100, 101, 199, 200, 201, 299, 300, 301, 399, 400, 401, 1000, 10 ** 6]
     got = rates(steps, lr=0.08, lr_decay_step=100)
-    want = [expected_decay(s, 0.08, 100) for s in steps]
+    want = [references.learning_rate(s, 0.08, 100, 0.1) for s in steps]
     assert got == pytest.approx(want, rel=1e-6)
     # spot checks written out by hand
     assert got[steps.index(100)] == pytest.approx(0.08)
@@ -66,7 +62,8 @@ def test_exponential_decay_at_every_boundary_matches_numpy():
                    | {10 ** 4})
     got = rates(steps, lr=lr, lr_decay_step=decay_step, lr_decay_factor=factor,
                 schedule='exponential')
-    want = lr * factor ** np.floor(np.array(steps) / decay_step)
+    want = [references.learning_rate(s, lr, decay_step, factor, schedule='exponential')
+            for s in steps]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
     # the first decay at step D itself (piecewise waits for D + 1), and no cap at 4 decays
     assert got[steps.index(29)] == pytest.approx(0.01)

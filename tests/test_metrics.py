@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 import tensorflow.compat.v1 as tf
 
 import metrics
+from references import average_precision, multilabel_metrics
 
 tf.disable_v2_behavior()
 
@@ -18,50 +19,6 @@ BATCH_EDGES = (0, 17, 81, 82, 200, 263, 300)  # batches of 17, 64, 1, 118, 63, 3
 MAP_TOLERANCE = 1e-3
 THRES = np.float32(0.7)  # mask_thres as the float32 labels meet it
 KEYS = ['mAP', 'precision@1', 'precision@5', 'micro_f1', 'macro_f1', 'accuracy']
-
-
-# ---------------------------------------------------------------- numpy references
-
-def exact_average_precision(positive, score):
-    """sklearn's average_precision_score: sum over distinct thresholds, highest first, of
-    (recall step) * precision; with distinct scores the mean over positives of the precision
-    at their rank."""
-    order = np.argsort(-score, kind='stable')
-    positive, score = positive[order], score[order]
-    tp = np.cumsum(positive)
-    seen = np.arange(1, len(score) + 1)
-    last_of_tie = np.r_[score[1:] != score[:-1], True]
-    tp, seen = tp[last_of_tie], seen[last_of_tie]
-    return np.sum(np.diff(np.r_[0, tp]) * tp / seen) / tp[-1]
-
-
-def numpy_metrics(y, s, mask_thres=0.7, threshold=0.5):
-    valid = y != -1
-    # In float32, as the labels are stored: a label of 0.7 reaches mask_thres 0.7.
-    pos = valid & (y >= np.float32(mask_thres))
-    y, s = y.astype(np.float64), s.astype(np.float64)
-    aps = [exact_average_precision(pos[valid[:, c], c], s[valid[:, c], c])
-           for c in range(y.shape[1]) if pos[:, c].any()]
-    masked = np.where(valid, s, -np.inf)
-    order = np.argsort(-masked, axis=1, kind='stable')  # equal scores: lower class first
-
-    def precision_at(k):
-        k = min(k, y.shape[1])
-        return np.take_along_axis(pos, order[:, :k], axis=1).sum() / (k * len(y))
-
-    pred = valid & (s >= threshold)
-    tp = (pos & pred).sum(axis=0)
-    fp = (~pos & pred).sum(axis=0)
-    fn = (pos & ~pred).sum(axis=0)
-    counted = tp + fp + fn > 0
-    return {
-        'mAP': np.mean(aps) if aps else 0.0,
-        'precision@1': precision_at(1),
-        'precision@5': precision_at(5),
-        'micro_f1': 2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum()),
-        'macro_f1': np.mean(2 * tp[counted] / (2 * tp + fp + fn)[counted]),
-        'accuracy': np.mean(np.argmax(y, axis=1) == np.argmax(masked, axis=1)),
-    }
 
 
 # ---------------------------------------------------------------- data
@@ -150,7 +107,7 @@ def test_metrics_match_numpy_over_unequal_batches(streaming):
         for seed in range(6):
             y, s = make_split(seed, scores)
             got = streaming.evaluate(batches(y, s))
-            expected = numpy_metrics(y, s)
+            expected = multilabel_metrics(y, s)
             assert_metrics_close(got, expected)
             errors[scores, seed] = abs(got['mAP'] - expected['mAP'])
     worst = max(errors, key=errors.get)
@@ -174,7 +131,7 @@ def test_map_excludes_classes_without_positives(streaming):
     valid = y != -1
     assert not (valid[:, list(NO_POSITIVE)] & (y[:, list(NO_POSITIVE)] >= THRES)).any()
     got = streaming.evaluate(batches(y, s))['mAP']
-    aps = [exact_average_precision(y[valid[:, c], c] >= THRES, s[valid[:, c], c])
+    aps = [average_precision(y[valid[:, c], c] >= THRES, s[valid[:, c], c])
            for c in range(CLASSES) if c not in NO_POSITIVE]
     assert got == pytest.approx(np.mean(aps), abs=MAP_TOLERANCE)
     # Counting them as AP 0 would give a clearly lower value.
@@ -208,12 +165,12 @@ def test_reset_restarts_the_accumulation(streaming):
     # Without a reset the second split adds to the first...
     streaming.update([(y2[:70], s2[:70]), (y2[70:], s2[70:])])
     assert_metrics_close(streaming.values(),
-                         numpy_metrics(np.concatenate([y1, y2]), np.concatenate([s1, s2])))
+                         multilabel_metrics(np.concatenate([y1, y2]), np.concatenate([s1, s2])))
     # ...after one, only the second split counts.
     streaming.reset()
     assert streaming.values() == {key: 0.0 for key in KEYS}
     streaming.update([(y2[:70], s2[:70]), (y2[70:], s2[70:])])
-    assert_metrics_close(streaming.values(), numpy_metrics(y2, s2))
+    assert_metrics_close(streaming.values(), multilabel_metrics(y2, s2))
 
 
 def test_variables_are_local_metric_variables(streaming):
@@ -232,7 +189,7 @@ def test_single_class():
     y = rng.choice([0.0, 1.0, 0.8, 0.3, -1.0], size=(90, 1)).astype(np.float32)
     s = rng.random((90, 1)).astype(np.float32)
     got = stream.evaluate(batches(y, s, edges=(0, 30, 31, 90)))
-    expected = numpy_metrics(y, s)
+    expected = multilabel_metrics(y, s)
     assert_metrics_close(got, expected)
     assert got['precision@5'] == got['precision@1']  # k is capped at the class count
     assert got['accuracy'] == 1.0
@@ -278,7 +235,7 @@ def test_histogram_ap_is_exact_when_no_bin_mixes_labels(streaming):
     y = bin_is_positive[np.arange(CLASSES), bins].astype(np.float32)
     y[rng.random(y.shape) < 0.05] = -1.0
     got = streaming.evaluate(batches(y, s))['mAP']
-    assert got == pytest.approx(numpy_metrics(y, s)['mAP'], abs=1e-12)
+    assert got == pytest.approx(multilabel_metrics(y, s)['mAP'], abs=1e-12)
 
 
 @pytest.fixture(scope='module')
@@ -326,7 +283,7 @@ def test_works_as_estimator_eval_metric_ops(tmp_path):
     estimator.train(input_fn, steps=1)
     first = estimator.evaluate(input_fn)
     second = estimator.evaluate(input_fn)
-    expected = numpy_metrics(y, s)
+    expected = multilabel_metrics(y, s)
     for key in KEYS:
         assert first[key] == second[key]
     assert_metrics_close({key: first[key] for key in KEYS}, expected)
@@ -347,13 +304,13 @@ def test_map_over_class_masks_matches_numpy_restricted_to_them():
             got = stream.evaluate(batches(y, s, (0, 700, 1500, 2000)))
             valid = y != -1
             pos = valid & (y >= THRES)
-            ap = {c: exact_average_precision(pos[valid[:, c], c], s[valid[:, c], c].astype(
+            ap = {c: average_precision(pos[valid[:, c], c], s[valid[:, c], c].astype(
                 np.float64)) for c in range(CLASSES) if pos[:, c].any()}
             for key, mask in (('mAP_leaf', leaf), ('mAP_inner', ~leaf)):
                 expected = np.mean([a for c, a in ap.items() if mask[c]])
                 assert abs(got[key] - expected) <= MAP_TOLERANCE, (key, got[key], expected)
             assert list(got)[:3] == ['mAP', 'mAP_leaf', 'mAP_inner']
-            assert got['mAP'] == pytest.approx(numpy_metrics(y, s)['mAP'], abs=MAP_TOLERANCE)
+            assert got['mAP'] == pytest.approx(multilabel_metrics(y, s)['mAP'], abs=MAP_TOLERANCE)
         # A mask without a class that has a positive gives 0, as mAP does.
         none = np.zeros(CLASSES, bool)
         none[list(NO_POSITIVE)] = True

@@ -7,19 +7,18 @@ import tensorflow.compat.v1 as tf
 import input_pipeline
 import model_fn
 import precision
+from helpers import options
 
 tf.disable_v2_behavior()
 
 CLASSES = 7
 
 
-def model_params(resnet_size, dtype):
-    return {'resnet_size': resnet_size, 'class_num': CLASSES, 'data_format': 'channels_last',
-            'batch_norm_decay': 0.9, 'batch_norm_epsilon': 1e-5, 'mask_thres': 0.7,
-            'neg_select': 0.3, 'random_seed': 1, 'weight_decay': 1e-4, 'lr': 0.01,
-            'lr_decay_step': 0, 'lr_decay_factor': 0.1, 'warmup': 0, 'lr_warmup': 0.1,
-            'lr_warmup_decay_step': 0, 'lr_warmup_decay_factor': 1.4, 'opt_momentum': 0.9,
-            'batch_size': 2, 'log_interval': 1, 'max_steps': None, 'dtype': dtype}
+def run_options(resnet_size, dtype):
+    """train.py's defaults but the model of this test (a short run's batch-norm decay)."""
+    return options(resnet_size=resnet_size, class_num=CLASSES, image_size=32, batch_size=2,
+                   batch_norm_decay=0.9, random_seed=1, lr=0.01, shuffle_buffer=8,
+                   log_interval=1, dtype=dtype)
 
 
 @pytest.mark.parametrize('resnet_size,dtype,augment_on', [
@@ -38,11 +37,11 @@ def test_dtype_graphs_build_and_train_two_steps_on_cpu(shards, resnet_size, dtyp
 
 def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
     with tf.Graph().as_default():
-        dataset = input_pipeline.input_fn(True, None, 2, CLASSES, 32, files=shards,
-                                          shuffle_buffer=8, augment_on=augment_on)
+        opts = run_options(resnet_size, dtype)
+        dataset = input_pipeline.input_fn(opts, True, shards, augment_on)
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
-        spec = model_fn.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
-                                        model_params(resnet_size, dtype))
+        run = model_fn.Run(data_format='channels_last', images_per_step=2)
+        spec = model_fn.make_model_fn(opts, run)(features, labels, tf.estimator.ModeKeys.TRAIN)
         variables = tf.global_variables()
         assert all(v.dtype.base_dtype in (tf.float32, tf.int64) for v in variables)
         names = {v.op.name for v in variables}

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import records
 from helpers import CHECK_CLASSES as CLASSES, JPEG, ODD_BUT_FINE, encode_noise as encode, \
-    encode_pixels, label_vector, raw_label_record, record, smooth_pixels
+    encode_pixels, label_vector, options, raw_label_record, record, smooth_pixels
 from tools import make_tfrecords
 from tools import record_checks as rc
 
@@ -75,7 +75,9 @@ def parser_graph():
     graph = tf.Graph()
     with graph.as_default():
         serialized = tf.placeholder(tf.string, [], name='serialized')
-        outputs = records.parse_record(serialized, False, 16, 3)
+        crop = options()  # an evaluation crop: the training crop's settings are not used
+        outputs = records.parse_record(serialized, False, 16, 3, crop.object_cover,
+                                       crop.area_cover, 'multi', 'cpu')
     session = tf.Session(graph=graph)
     yield serialized, outputs, session
     session.close()

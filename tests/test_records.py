@@ -3,7 +3,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import records as records_lib
-from helpers import encode_pixels as encode, smooth_pixels
+from helpers import encode_pixels as encode, options, smooth_pixels
 from tools import make_tfrecords
 
 tf.disable_v2_behavior()
@@ -30,7 +30,9 @@ def sparse_and_dense_records(label):
 def parse_labels(records, class_num=CLASSES):
     with tf.Graph().as_default():
         value = tf.placeholder(tf.string, [])
-        _, label = records_lib.parse_record(value, False, 16, class_num)
+        crop = options()  # an evaluation crop: the training crop's settings are not used
+        _, label = records_lib.parse_record(value, False, 16, class_num, crop.object_cover,
+                                            crop.area_cover, 'multi', 'cpu')
         with tf.Session() as sess:
             out = []
             for record in records:

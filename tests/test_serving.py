@@ -17,7 +17,7 @@ import image_preprocess
 import model_fn
 import serving
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import CLASSES, run_train, small_run_flags, write_dataset
+from helpers import CLASSES, options, run_train, small_run_flags, write_dataset
 from tools import extract_features
 from tools import predict as predict_tool
 
@@ -134,10 +134,10 @@ def estimator_reference(trained, images, preprocess):
         # depend on the batch size (~1e-6 relative), the graph itself does not differ.
         return dataset.batch(len(encoded))
 
-    params = {'resnet_size': 18, 'class_num': CLASSES, 'data_format': 'channels_last',
-              'batch_norm_decay': 0.0, 'batch_norm_epsilon': 1e-5}
-    estimator = tf.estimator.Estimator(model_fn.resnet_model_fn, model_dir=model_dir,
-                                       params=params)
+    opts = options(resnet_size=18, class_num=CLASSES, batch_norm_decay=0.0)
+    estimator = tf.estimator.Estimator(
+        model_fn.make_model_fn(opts, model_fn.Run(data_format='channels_last')),
+        model_dir=model_dir)
     rows = list(estimator.predict(input_fn))
     result = {key: np.stack([row[key] for row in rows])
               for key in ('scores', 'probabilities', 'features')}
@@ -453,8 +453,9 @@ def model_on_inputs(model_dir, inputs):
     """features and probabilities of the checkpoint's model on given network inputs."""
     with tf.Graph().as_default(), tf.Session() as session:
         images = tf.placeholder(tf.float32, [None, IMAGE_SIZE, IMAGE_SIZE, 3])
-        params = serving.inference_params(18, CLASSES)
-        spec = model_fn.resnet_model_fn(images, None, tf.estimator.ModeKeys.PREDICT, params)
+        model = model_fn.make_model_fn(options(resnet_size=18, class_num=CLASSES),
+                                       model_fn.Run(data_format='channels_last'))
+        spec = model(images, None, tf.estimator.ModeKeys.PREDICT)
         serving.restore(session, tf.train.latest_checkpoint(model_dir))
         return session.run(spec.predictions, {images: np.stack(inputs).astype(np.float32)})
 
@@ -574,11 +575,10 @@ def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, 
     model_dir, first_version = trained
     _, good = images
     base = str(tmp_path / 'base')
-    params = serving.inference_params(18, CLASSES)
+    opts = options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE)
     checkpoint = os.path.join(model_dir, 'model.ckpt-2')
-    old = serving.export_saved_model(checkpoint, base, params, IMAGE_SIZE, version=7)
-    new = serving.export_saved_model(checkpoint, base, params, IMAGE_SIZE,
-                                     preprocess='eval')
+    old = serving.export_saved_model(checkpoint, base, opts, version=7)
+    new = serving.export_saved_model(checkpoint, base, opts, preprocess='eval')
     assert old == os.path.join(base, '7') and int(os.path.basename(new)) > 7
     assert sorted(os.listdir(base)) == sorted(['7', os.path.basename(new)])  # no leftovers
     assert serving.resolve_saved_model(base) == new
@@ -591,7 +591,7 @@ def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, 
     for bad, fragment in ((first_version, 'is itself a SavedModel'),
                           (str(tmp_path), 'something other than SavedModel versions')):
         with pytest.raises(serving.UsageError, match=fragment):
-            serving.export_saved_model(checkpoint, bad, params, IMAGE_SIZE)
+            serving.export_saved_model(checkpoint, bad, opts)
     with pytest.raises(serving.UsageError, match='nor a base directory of versions'):
         serving.resolve_saved_model(str(tmp_path / 'empty'))
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import flags as flags_lib
 import train
-from helpers import CLASSES, ROOT, run_train, scalar_tags, small_run_flags
+from helpers import CLASSES, ROOT, options, run_train, scalar_tags, small_run_flags
 
 
 def checkpoint_values(model_dir):
@@ -181,15 +182,10 @@ def test_xla_and_synthetic_data_flags_train_with_train_py(tmp_path):
     assert tf.train.latest_checkpoint(model_dir).endswith('model.ckpt-2')
 
 
-class Flags(dict):
-    __getattr__ = dict.__getitem__
-
-
 @pytest.mark.parametrize('name,value', [('augment_on', 'gpu'), ('dtype', 'fp64'),
                                         ('private_threads', -1)])
 def test_bad_performance_flags_are_usage_errors(name, value):
-    flags = Flags(augment_on='auto', dtype='fp32', private_threads=0)
-    train.check_performance_flags(**flags)
-    flags[name] = value
+    opts = options()
+    flags_lib.validate(opts)
     with pytest.raises(train.UsageError, match='--' + name):
-        train.check_performance_flags(**flags)
+        flags_lib.validate(opts._replace(**{name: value}))

@@ -3,7 +3,6 @@ model code: the learning rate of every step in TensorBoard against the schedule 
 loss - cross_entropy against weight_decay x L2 of the step's weights, --mask_thres and
 --neg_select in the loss counters, NCHW against NHWC, bf16 convolutions, and the demo."""
 import glob
-import math
 import os
 import re
 import subprocess
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import references
 import resnet
 from helpers import CLASSES, ENV, ROOT, run_train, scalar_tags, small_run_flags, \
     write_dataset
@@ -21,27 +21,6 @@ from helpers import CLASSES, ENV, ROOT, run_train, scalar_tags, small_run_flags,
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory):
     return write_dataset(str(tmp_path_factory.mktemp('refs')))
-
-
-def schedule(step, lr, lr_decay_step, lr_decay_factor, warmup, lr_warmup,
-             lr_warmup_decay_step, lr_warmup_decay_factor):
-    """The original's schedule written out: the warm-up staircase while step < warmup,
-    then lr x factor^k with k = how many of lr_decay_step x 1..4 the step is past."""
-    if step < warmup:
-        return lr_warmup * lr_warmup_decay_factor ** math.floor(step / lr_warmup_decay_step)
-    passed = sum(step > lr_decay_step * k for k in range(1, 5)) if lr_decay_step else 0
-    return lr * lr_decay_factor ** passed
-
-
-def l2_of_checkpoint(path):
-    """sum(v^2)/2 over the checkpoint's trainable weights, batch norm excluded: conv and
-    dense kernels and the dense bias (no slot, counter or moving statistic)."""
-    reader = tf.train.load_checkpoint(path)
-    total = 0.0
-    for name in reader.get_variable_to_shape_map():
-        if name.endswith(('kernel', 'bias')) and 'batch_normalization' not in name:
-            total += np.sum(reader.get_tensor(name).astype(np.float64) ** 2) / 2
-    return total
 
 
 @pytest.mark.slow
@@ -60,10 +39,11 @@ def test_learning_rate_and_l2_term_of_every_step(dataset, tmp_path):
     logged = dict(scalars['learning_rate'])
     assert sorted(logged) == list(range(1, steps + 1))
     for t, value in logged.items():
-        assert value == pytest.approx(schedule(t - 1, **rule), rel=1e-6), t
+        assert value == pytest.approx(references.learning_rate(t - 1, **rule), rel=1e-6), t
     loss, ce = dict(scalars['loss']), dict(scalars['cross_entropy'])
     for t in range(1, steps + 1):
-        want = weight_decay * l2_of_checkpoint(os.path.join(model_dir, 'model.ckpt-%d' % (t - 1)))
+        want = references.l2_of_checkpoint(os.path.join(model_dir, 'model.ckpt-%d' % (t - 1)),
+                                           weight_decay)[0]
         # float32 sums over ~11 M squares: 1e-4 relative.
         assert loss[t] - ce[t] == pytest.approx(want, rel=1e-4, abs=1e-4 * ce[t]), t
 

@@ -122,7 +122,7 @@ def test_truncated_shard_points_to_the_checker(good_data, tmp_path):
 
 
 # The five kills of the test below: the n-th line that matches each pattern triggers it.
-# Every run holds before its local step 10 (TRAIN_TEST_GATE with a file that never
+# Every run holds before its local step 10 (tests/gated_train.py with a file that never
 # appears), so a kill lands with work left whatever the machine's speed: at most 9 steps a
 # run, 36 in all, short of 40. Within 9 steps every run logs two step lines (every 4) and
 # saves twice (at its start and at the next multiple of 3).
@@ -140,8 +140,8 @@ def run_until(flags, pattern, occurrence, gate):
     SIGKILLs it; returns whether that line came and the lines read. A watchdog bounds a
     broken run (the gate would otherwise hold it forever)."""
     env = dict(ENV, TRAIN_TEST_GATE='10:' + gate)
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'train.py')] + flags,
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'tests', 'gated_train.py')]
+                            + flags, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     watchdog = threading.Timer(600, proc.kill)
     watchdog.start()

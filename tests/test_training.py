@@ -7,15 +7,8 @@ import tensorflow.compat.v1 as tf
 
 import distribute
 import file_db
-import flags as flags_lib
-import train
 import training
-
-
-def options(**given):
-    if not flags_lib.FLAGS.is_parsed():
-        flags_lib.FLAGS(['test'])
-    return train.options()._replace(**given)
+from helpers import options
 
 
 @pytest.mark.parametrize('error,start', [

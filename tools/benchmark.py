@@ -54,16 +54,14 @@ from tools.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,  # noq
 
 # ------------------------------------------------------------------------------ steps
 
-def step_params(args, data_format='channels_last'):
-    return {
-        'resnet_size': args.resnet_size, 'class_num': args.class_num,
-        'data_format': data_format, 'batch_norm_decay': 0.997, 'batch_norm_epsilon': 1e-5,
-        'mask_thres': 0.7, 'neg_select': 0.3, 'random_seed': 1234, 'weight_decay': 1e-4,
-        'lr': 0.01, 'lr_decay_step': 0, 'lr_decay_factor': 0.1, 'warmup': 0,
-        'lr_warmup': 0.1, 'lr_warmup_decay_step': 0, 'lr_warmup_decay_factor': 1.414,
-        'opt_momentum': 0.9, 'batch_size': args.step_batch_size, 'log_interval': 100,
-        'max_steps': None, 'dtype': args.dtype,
-    }
+def step_options(args):
+    """train.py's options (flags.defaults) with the benchmark's model, batch and input."""
+    import flags
+    return flags.defaults()._replace(
+        resnet_size=args.resnet_size, class_num=args.class_num, lr=0.01,
+        batch_size=args.step_batch_size, image_size=args.step_image_size,
+        shuffle_buffer=args.shuffle_buffer, num_preprocess_threads=args.num_preprocess_threads,
+        private_threads=args.private_threads, dtype=args.dtype)
 
 
 def build_step(name, files, args, literal_model=False, xla=None):
@@ -76,7 +74,7 @@ def build_step(name, files, args, literal_model=False, xla=None):
     import input_pipeline
     import model_fn
     import resnet
-    params = step_params(args)
+    opts = step_options(args)._replace(use_synthetic_data=name.startswith('synthetic'))
     xla = args.xla if xla is None else xla
     graph = tf.Graph()
     saved = resnet._conv_same_fast_input_grad
@@ -84,17 +82,12 @@ def build_step(name, files, args, literal_model=False, xla=None):
         resnet._conv_same_fast_input_grad = lambda x, k: tf.nn.conv2d(x, k, 1, 'SAME')
     try:
         with graph.as_default():
-            dataset = input_pipeline.input_fn(
-                True, None, args.step_batch_size, args.class_num, args.step_image_size,
-                shuffle_buffer=args.shuffle_buffer,
-                num_parallel_calls=args.num_preprocess_threads, files=files,
-                augment_on=args.step_augment_on,
-                use_synthetic_data=name.startswith('synthetic'),
-                private_threads=args.private_threads)
+            dataset = input_pipeline.input_fn(opts, True, files, args.step_augment_on)
             iterator = tf.data.make_initializable_iterator(dataset)
             features, labels = iterator.get_next()
-            spec = model_fn.resnet_model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
-                                            params)
+            run = model_fn.Run(data_format='channels_last', images_per_step=opts.batch_size)
+            spec = model_fn.make_model_fn(opts, run)(features, labels,
+                                                     tf.estimator.ModeKeys.TRAIN)
             init = [iterator.initializer, tf.global_variables_initializer(),
                     tf.local_variables_initializer()]
     finally:

@@ -26,14 +26,15 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import startup  # noqa: E402
+from tools import common  # noqa: E402
 from tools import predict as _predict  # noqa: E402
 
 PROG = 'extract_features.py'
 
 
 def build_parser():
-    parser = _predict.OneLineParser(
-        prog=PROG, allow_abbrev=False,
+    parser = common.OneLineParser(
+        prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Extract the pooled ResNet feature of each image with a model of '
                     'train.py: OUTPUT.npy (float32, one row per image) and a text file of '
                     'the image names in row order.',

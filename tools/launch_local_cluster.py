@@ -362,6 +362,10 @@ def main(argv=None):
     parser.add_argument('--host', default='127.0.0.1', help='address the tasks listen on')
     parser.add_argument('--python', default=sys.executable,
                         help='Python that runs train.py (default: this one)')
+    parser.add_argument('--program', default=os.path.join(ROOT, 'train.py'),
+                        help='the trainer every task runs (default: train.py of this '
+                             'checkout; a program that wraps train.py, e.g. to add hooks, '
+                             'takes the same flags)')
     parser.add_argument('--gpus_per_task', type=int, default=None,
                         help='GPUs of each training task, consecutive blocks of this host\'s '
                              'GPUs (default: train.py\'s --num_gpus, else 1; 0 = no GPU)')
@@ -405,7 +409,7 @@ def main(argv=None):
     cluster = make_cluster(args.workers, ps, args.host)
     console = Console(sys.stdout)
     say = console.say
-    command = [args.python, os.path.join(ROOT, 'train.py')] + train_flags + [
+    command = [args.python, args.program] + train_flags + [
         '--distribution=' + args.distribution]
     tasks = []
     names = task_names(cluster) + ([('evaluator', 0)] if args.evaluator else [])

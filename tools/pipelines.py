@@ -165,11 +165,12 @@ def pipeline_dataset(name, files, args):
         return spec_literal_dataset(files, args.batch_size, args.image_size,
                                     args.class_num, args.shuffle_buffer)
     augment_on = name[len('input_fn('):-1]
-    return input_pipeline.input_fn(True, None, args.batch_size, args.class_num,
-                                   args.image_size, shuffle_buffer=args.shuffle_buffer,
-                                   num_parallel_calls=args.num_preprocess_threads,
-                                   files=files, augment_on=augment_on,
-                                   private_threads=args.private_threads)
+    import flags
+    opts = flags.defaults()._replace(
+        batch_size=args.batch_size, class_num=args.class_num, image_size=args.image_size,
+        shuffle_buffer=args.shuffle_buffer, num_preprocess_threads=args.num_preprocess_threads,
+        private_threads=args.private_threads)
+    return input_pipeline.input_fn(opts, True, files, augment_on)
 
 
 class Measured(object):

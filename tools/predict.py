@@ -36,21 +36,18 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import devices  # noqa: E402
+import flags  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402
 import startup  # noqa: E402
+from tools import common  # noqa: E402
 
 PROG = 'predict.py'
-DEFAULT_IMAGE_SIZE = 224
+DEFAULT_IMAGE_SIZE = flags.defaults().image_size
 EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images that cannot '
                'be read or decoded are reported on stderr, one line each, and skipped); 1 '
                'when no image could be processed; 2 on bad usage or input (no checkpoint, a '
                'model that does not match --class_num/--resnet_size, a bad class dictionary '
                'or list file); then nothing is written.')
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, '%s: error: %s (see --help)\n' % (self.prog, message))
 
 
 def positive_int(text):
@@ -130,8 +127,8 @@ def add_image_arguments(parser):
 
 
 def build_parser():
-    parser = OneLineParser(
-        prog=PROG, allow_abbrev=False,
+    parser = common.OneLineParser(
+        prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Classify images with a model of train.py: per image the top-k classes '
                     'with scores (and names from --class_dict), and in multi-label mode '
                     'every class with sigmoid score >= --threshold. Output: TSV with a '
@@ -213,21 +210,16 @@ def import_inference_io():
 
 
 def load_model(serving, args, top_k=5):
-    """The serving.Predictor the model arguments name."""
-    data_format = None  # auto
-    if args.data_format.lower() != 'auto':
-        import resnet
-        try:
-            data_format = resnet.normalize_data_format(args.data_format)
-        except ValueError as e:
-            raise serving.UsageError('--data_format: %s' % e)
-        if data_format == 'channels_first' and not serving.tf.config.list_physical_devices(
-                'GPU'):
-            data_format = 'channels_last'  # CPU convolutions are NHWC only; same results
+    """The serving.Predictor the model arguments name: the model of train.py's defaults
+    (flags.defaults) with this tool's --image_size, --data_format and --preprocess."""
+    data_format = args.data_format
+    if data_format.lower() in ('nchw', 'channels_first') and not devices.gpu_count():
+        data_format = 'NHWC'  # CPU convolutions are NHWC only; the results are the same
+    opts = flags.defaults()._replace(image_size=args.image_size or DEFAULT_IMAGE_SIZE,
+                                     data_format=data_format)
     return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
-                                  image_size=args.image_size or DEFAULT_IMAGE_SIZE,
-                                  resnet_size=args.resnet_size, class_num=args.class_num,
-                                  top_k=top_k, data_format=data_format,
+                                  opts=opts, resnet_size=args.resnet_size,
+                                  class_num=args.class_num, top_k=top_k,
                                   preprocess=args.preprocess or serving.DEFAULT_PREPROCESS)
 
 

@@ -2,7 +2,7 @@
 
 It draws JPEG images of 1-2 coloured shapes on a noisy background; each (shape, colour)
 pair is a class, so an image has 1-2 positive labels (12 classes). The images go through
-the same path as real data (an image list -> tools/make_tfrecords.py -> shards in
+the same path as real data (an image list -> make_tfrecords.build_records -> shards in
 <demo_dir>/data/{train,val}), a ResNet-18 at 48x48 trains on them with train.py's code,
 and the demo then reports how much it learned: the weighted cross_entropy read back from
 the TensorBoard events (first vs last 10 % of the steps) and the validation mAP and
