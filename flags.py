@@ -333,30 +333,24 @@ OPTIMIZERS = ('mom', 'sgd')
 
 
 def _mode(name, value):
-    if value in MODES:
-        return None
-    return '--mode=%s is not implemented; use one of %s' % (value, ', '.join(MODES))
+    return None if value in MODES else '--mode=%s is not implemented; use one of %s' % (
+        value, ', '.join(MODES))
 
 
 def _resnet_size(name, value):
     sizes = _owned('resnet', 'SUPPORTED_SIZES')
-    if value in sizes:
-        return None
-    return '--resnet_size=%d is not supported; use one of %s' % (
+    return None if value in sizes else '--resnet_size=%d is not supported; use one of %s' % (
         value, ', '.join(map(str, sizes)))
 
 
 def _optimizer(name, value):
-    if value in OPTIMIZERS:
-        return None
-    return ('--optimizer=%s is not implemented; use mom (momentum) or sgd (gradient descent)'
-            % value)
+    return None if value in OPTIMIZERS else (
+        '--optimizer=%s is not implemented; use mom (momentum) or sgd (gradient descent)' % value)
 
 
 def _max_iter(name, value):
-    if value > 0 or value == -1:
-        return None
-    return '--max_iter must be positive or -1 (forever), got %d' % value
+    return None if value > 0 or value == -1 else (
+        '--max_iter must be positive or -1 (forever), got %d' % value)
 
 
 def _area_cover(name, value):
@@ -372,9 +366,8 @@ def _image_channels(name, value):
 
 def _lr_schedule(name, value):
     schedules = _owned('lr_schedule', 'SCHEDULES')
-    if value in schedules:
-        return None
-    return '--lr_schedule must be %s, got %r' % (' or '.join(schedules), value)
+    return None if value in schedules else '--lr_schedule must be %s, got %r' % (
+        ' or '.join(schedules), value)
 
 
 def _augment_on(name, value):
@@ -385,10 +378,9 @@ def _augment_on(name, value):
 
 
 def _preprocess(name, value):
-    if value in _owned('serving', 'PREPROCESSING'):
-        return None
-    return ('--preprocess must be original (the original\'s inference) or eval (the evaluation '
-            'crop), got %r' % value)
+    return None if value in _owned('serving', 'PREPROCESSING') else (
+        '--preprocess must be original (the original\'s inference) or eval (the evaluation '
+        'crop), got %r' % value)
 
 
 CHECKS = {

@@ -16,8 +16,8 @@ decoded when it may be small, see WINDOW_DECODE_BELOW) and resized on them; the 
 conversion comes after the resize. Then either the rest of the original's augmentation per image
 (augment_image, on the CPU), or uint8 batches go to the model, which finishes them
 batched on the training device (network_input -> augment_batch: the same distribution,
-every image drawing its own parameters). preprocess_image / distort_image are the original's
-float-first order, kept as the reference the tests compare with.
+every image drawing its own parameters). The original's float-first order itself is the
+benchmark's reference pipeline (tools/pipelines.py), which the tests also compare with.
 
 Inference as the original's extract_feature.py / image_classification.py (preprocess(img,
 'center'), OpenCV), for a network size S (224 there; other sizes scale the 256):
@@ -107,16 +107,6 @@ def rotate_images(images, angles):
     return rotated
 
 
-def contrib_rotate_images(images, angles):
-    """rotate_images as tf.contrib.image.rotate computed it, with the projective-transform
-    kernel: the original's literal reference (tools/benchmark.py's original pipeline, the tests)."""
-    shape = tf.shape(images)
-    return tf.raw_ops.ImageProjectiveTransformV3(
-        images=images, transforms=rotation_transform(angles, shape[1], shape[2]),
-        output_shape=shape[1:3], fill_value=tf.constant(0, tf.float32),
-        interpolation='NEAREST', fill_mode='CONSTANT')
-
-
 def color_ordering_0(image):
     """Brightness, saturation, hue, contrast."""
     image = tf.image.random_brightness(image, max_delta=BRIGHTNESS_DELTA)
@@ -203,7 +193,7 @@ def decode_sliced(encoded, window_fn):
 WINDOW_DECODE_BELOW = 0.5
 
 
-def decode_crop_resize(encoded, image_size, is_training, object_cover=0.7, area_cover=0.7):
+def decode_crop_resize(encoded, image_size, is_training, object_cover, area_cover):
     """Encoded image -> float32 [S, S, 3] in [0, 255]: the training crop (random window,
     drawn from the image's shape) or the evaluation crop (central 80 %), resized bilinearly
     on the uint8 pixels. The conversion to [0, 1] comes after this (the original converts first:
@@ -221,21 +211,12 @@ def decode_crop_resize(encoded, image_size, is_training, object_cover=0.7, area_
     return image
 
 
-def distort_image(image, height, width, object_cover, area_cover, rotate=rotate_images):
-    """Training distortion of a float [H, W, 3] image in [0, 1] (before the [-1, 1] map)."""
-    with tf.name_scope('distort_image'):
-        begin, size = crop_window(tf.shape(image), object_cover, area_cover)
-        image = tf.slice(image, begin, size)
-        image = tf.image.resize(image, [height, width], method='bilinear')
-        image.set_shape([height, width, 3])
-        return augment_image(image, rotate)
-
-
 def augment_image(image, rotate=rotate_images):
     """The original's augmentation after the crop, on one resized float [S, S, 3] image in [0, 1]: random
     flip, then the per-image draw thread_id in {0, 1, 2}: 0 = rotation and colour ordering
     0, 1 = colour ordering 1, 2 = nothing; then clip to [0, 1]. `rotate` is a batch
-    rotation like rotate_images (contrib_rotate_images for the original's literal graph)."""
+    rotation like rotate_images (the benchmark's literal pipeline passes the original's
+    projective-transform kernel)."""
     image = tf.image.random_flip_left_right(image)
     # The original's draw: maxval 3 although its comments speak of {0..3}.
     thread_id = tf.random.uniform([], minval=0, maxval=3, dtype=tf.int32, name='thread_id')
@@ -264,12 +245,10 @@ def to_network_range(image):
     return (image - 0.5) * 2.0
 
 
-def preprocess_image(image, image_size, is_training, object_cover=0.7, area_cover=0.7):
-    """Float [H, W, 3] image in [0, 1] -> network input [image_size, image_size, 3] in [-1, 1]."""
-    if is_training:
-        image = distort_image(image, image_size, image_size, object_cover, area_cover)
-    else:
-        image = eval_image(image, image_size, image_size)
+def eval_network_input(image, image_size):
+    """Float [H, W, 3] image in [0, 1] -> the evaluation crop as network input
+    [image_size, image_size, 3] in [-1, 1] (inference's --preprocess=eval)."""
+    image = eval_image(image, image_size, image_size)
     return tf.reshape(to_network_range(image), [image_size, image_size, 3])
 
 

@@ -7,7 +7,7 @@ and tools/extract_features.py, so that their numbers cannot drift apart:
                                    -> original_inference_image (the original's
                                    extract_feature.py / image_classification.py: shorter
                                    side 256 x S / 224 with OpenCV's bilinear, centre S x S)
-                                 eval: decode_image -> preprocess_image(is_training=False)
+                                 eval: decode_image -> eval_network_input
                                    (train.py's evaluation: central 80 %, squashed to S x S)
                             -> model_fn.make_model_fn(opts, Run(data_format))(..., PREDICT)
                             -> scores (sigmoid), probabilities (softmax),
@@ -73,7 +73,7 @@ def preprocess_batch(encoded, image_size, preprocess=DEFAULT_PREPROCESS):
             return image_preprocess.original_inference_image(
                 image_preprocess.decode_uint8_like_opencv(data), image_size)
         image = image_preprocess.decode_image(data)
-        return image_preprocess.preprocess_image(image, image_size, is_training=False)
+        return image_preprocess.eval_network_input(image, image_size)
     return tf.map_fn(one, encoded, back_prop=False,
                      fn_output_signature=tf.TensorSpec([image_size, image_size, 3],
                                                        tf.float32))

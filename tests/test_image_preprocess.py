@@ -9,6 +9,7 @@ from PIL import Image
 
 import image_preprocess as ip
 from helpers import encode_pixels as encode, run_session, smooth_pixels
+from tools import pipelines
 
 tf.disable_v2_behavior()
 
@@ -36,8 +37,8 @@ def legacy_bilinear(image, size):
 def test_eval_is_central_80_percent_then_bilinear_and_deterministic():
     rng = np.random.default_rng(0)
     image = rng.random((50, 70, 3)).astype(np.float32)
-    got = run(lambda x: ip.preprocess_image(x, 32, is_training=False), image)
-    again = run(lambda x: ip.preprocess_image(x, 32, is_training=False), image)
+    got = run(lambda x: ip.eval_network_input(x, 32), image)
+    again = run(lambda x: ip.eval_network_input(x, 32), image)
     np.testing.assert_array_equal(got, again)
     crop = image[5:45, 7:63]  # 10 % off each side
     want = (legacy_bilinear(crop, 32) - 0.5) * 2
@@ -77,7 +78,7 @@ def test_training_output_shape_range_and_variety():
     # are unlikely among 12 samples.
     image = rng.random((240, 180, 3)).astype(np.float32)
     with tf.Graph().as_default():
-        out = ip.preprocess_image(tf.constant(image), 40, is_training=True)
+        out = ip.to_network_range(pipelines.distort_image(tf.constant(image), 40, 40, 0.7, 0.7))
         assert out.shape.as_list() == [40, 40, 3]
         with tf.Session() as sess:
             samples = [sess.run(out) for _ in range(12)]
@@ -145,9 +146,9 @@ def test_other_formats_and_modes_fall_back_and_give_rgb(fmt, mode):
     image.save(buf, fmt)
     with tf.Graph().as_default():
         encoded = tf.constant(buf.getvalue())
-        train_image = ip.decode_crop_resize(encoded, 16, True)
+        train_image = ip.decode_crop_resize(encoded, 16, True, 0.7, 0.7)
         small_crop = ip.decode_crop_resize(encoded, 16, True, 0.0, 0.05)  # window decode
-        eval_image = ip.decode_crop_resize(encoded, 16, False)
+        eval_image = ip.decode_crop_resize(encoded, 16, False, 0.7, 0.7)
         got = run_session([train_image, small_crop, eval_image])
     for image in got:
         assert image.shape == (16, 16, 3)
@@ -158,7 +159,7 @@ def test_eval_window_is_tf1_central_crop_and_matches_the_float_path():
     data = encode(smooth_pixels(50, 70), quality=95)
     with tf.Graph().as_default():
         new = ip.preprocess_encoded(tf.constant(data), 32, is_training=False)
-        old = ip.preprocess_image(ip.decode_image(tf.constant(data)), 32, is_training=False)
+        old = ip.eval_network_input(ip.decode_image(tf.constant(data)), 32)
         begin, size = ip.central_window(tf.constant([50, 70, 3]))
         decoded = tf.placeholder_with_default(np.zeros((50, 70, 1), np.float32),
                                               [None, None, 1])
@@ -213,7 +214,7 @@ def test_rotation_gathers_the_projective_transform_kernels_pixels(height, width,
     angles[:3] = [0.0, math.pi / 4, -math.pi / 4]
     with tf.Graph().as_default():
         got, want = run_session([ip.rotate_images(tf.constant(images), tf.constant(angles)),
-                         ip.contrib_rotate_images(tf.constant(images),
+                         pipelines.contrib_rotate_images(tf.constant(images),
                                                   tf.constant(angles))])
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, want)

@@ -107,8 +107,7 @@ def original_input(data):
 
 def eval_input(data):
     """--preprocess=eval: train.py's evaluation crop, one encoded image."""
-    return image_preprocess.preprocess_image(image_preprocess.decode_image(data), IMAGE_SIZE,
-                                             is_training=False)
+    return image_preprocess.eval_network_input(image_preprocess.decode_image(data), IMAGE_SIZE)
 
 
 @pytest.fixture(scope='module')

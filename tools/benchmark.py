@@ -39,9 +39,8 @@ import glob
 import os
 import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+if __name__ == '__main__':
+    import _checkout  # noqa: F401 -- python tools/benchmark.py: the checkout importable
 
 import numpy as np  # noqa: E402
 

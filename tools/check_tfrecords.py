@@ -35,9 +35,8 @@ import os
 import sys
 import time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+if __name__ == '__main__':
+    import _checkout  # noqa: F401 -- python tools/check_tfrecords.py: the checkout importable
 
 import file_db  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402

@@ -41,9 +41,8 @@ import os
 import sys
 import time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+if __name__ == '__main__':
+    import _checkout  # noqa: F401 -- python tools/convert_tfrecords.py: the checkout importable
 
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402

@@ -18,12 +18,10 @@ reported on stderr, one line each, and left out of both files. Both files are wr
 temporary names and renamed when complete. The inference code is serving.py's; the model
 and image options are tools/predict.py's.
 """
-import os
 import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+if __name__ == '__main__':
+    import _checkout  # noqa: F401 -- python tools/extract_features.py: the checkout importable
 
 import startup  # noqa: E402
 from tools import common  # noqa: E402

@@ -72,28 +72,6 @@ def parse_sparse(line, class_num, source, lineno):
     return fields[0], labels
 
 
-def dense_label(labels, class_num):
-    label = np.zeros(class_num, dtype='<f4')
-    for index, confidence in labels.items():
-        label[index] = confidence
-    return label
-
-
-def parse_list_line(line, class_num, source='<list>', lineno=0):
-    """Parse one image-list line.
-
-    Returns (path, label) where label is a float32 ndarray of length class_num, or None
-    for a blank line. Raises ListFormatError ("<source>:<lineno>: <what>") for a
-    malformed token, a class index outside [0, class_num), a confidence outside [-1, 1]
-    or a class repeated with a different confidence.
-    """
-    parsed = parse_sparse(line, class_num, source, lineno)
-    if parsed is None:
-        return None
-    path, labels = parsed
-    return path, dense_label(labels, class_num)
-
-
 def scan_list(path, class_num):
     """Yield (lineno, image path, {class: confidence}) for every image line of a list.
 
@@ -111,17 +89,6 @@ def scan_list(path, class_num):
             parsed = parse_sparse(line, class_num, path, lineno)
             if parsed is not None:
                 yield (lineno,) + parsed
-
-
-def read_list(path, class_num):
-    """Read and validate a whole image list.
-
-    Returns a list of (lineno, image path, float32 label ndarray); blank lines are
-    left out. Raises ListFormatError at the first bad line. Labels are dense, so this is
-    meant for lists of moderate size (build_records itself streams).
-    """
-    return [(lineno, image, dense_label(labels, class_num))
-            for lineno, image, labels in scan_list(path, class_num)]
 
 
 def find_lists(list_dir):

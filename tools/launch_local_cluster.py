@@ -47,8 +47,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:  # run as a script: python tools/launch_local_cluster.py
-    sys.path.insert(0, ROOT)
+if __name__ == '__main__':
+    import _checkout  # noqa: F401 -- python tools/launch_local_cluster.py: the checkout importable
 import startup  # noqa: E402
 
 PROGRAM = 'launch_local_cluster.py'

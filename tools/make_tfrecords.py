@@ -51,17 +51,16 @@ import os
 import sys
 import time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:  # run as a script: python tools/make_tfrecords.py
-    sys.path.insert(0, _ROOT)
+if __name__ == '__main__':
+    import _checkout  # noqa: F401 -- python tools/make_tfrecords.py: the checkout importable
 
 import hierarchy as hierarchy_lib  # noqa: E402
 import startup  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shards  # noqa: E402
-from tools.image_lists import (InputError, MakeRecordsError, dense_label,  # noqa: E402
-                               resolve_lists, scan_list)
+from tools.image_lists import (InputError, MakeRecordsError, resolve_lists,  # noqa: E402
+                               scan_list)
 from tools.images import BadImageError, load_image  # noqa: E402
 
 PROG = 'make_tfrecords.py'
@@ -138,11 +137,11 @@ def _labelled_example(task, data, labels, width, height, image):
     if task.get('hierarchy') is not None:
         classes, values, added = hierarchy_lib.close_sparse(classes, values,
                                                             task['hierarchy'])
-        labels = dict(zip(classes.tolist(), values))
     if task.get('label_layout') == 'sparse':
         return make_sparse_example(data, classes, values, width, height, image), added
-    return make_example(data, dense_label(labels, task['class_num']), width, height,
-                        image), added
+    import records
+    return make_example(data, records.dense_label(classes, values, task['class_num']), width,
+                        height, image), added
 
 
 class _Progress(_progress.ProgressLine):

@@ -135,15 +135,13 @@ def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffe
     """The original's input_fn and image_preprocessing.py to the letter (docs/original.md,
     Input pipeline and Augmentation)."""
     tf = _tf()
-    import image_preprocess
     import records
 
     def parse(value):
         parsed = records.parse_fields(value, ['image', 'label'])
         image = tf.image.decode_image(parsed['image'], channels=3, expand_animations=False)
         image = tf.image.convert_image_dtype(image, tf.float32)
-        image = image_preprocess.distort_image(image, image_size, image_size, 0.7, 0.7,
-                                               image_preprocess.contrib_rotate_images)
+        image = distort_image(image, image_size, image_size, 0.7, 0.7)
         image = (image - 0.5) * 2.0
         label = tf.reshape(tf.io.decode_raw(parsed['label'], tf.float32), [class_num])
         return image, label
@@ -243,3 +241,33 @@ def cpu_description():
     return '%d usable cores (%d online)%s, load average %.1f' % (
         common.default_workers(), os.cpu_count() or 0, ', ' + name if name else '',
         load[0])
+
+
+# ------------------------------------------------- the original's float-first augmentation
+
+def contrib_rotate_images(images, angles):
+    """image_preprocess.rotate_images as tf.contrib.image.rotate computed it, with the
+    projective-transform kernel: the original's literal graph (spec_literal, the tests)."""
+    tf = _tf()
+    import image_preprocess
+    shape = tf.shape(images)
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=images, transforms=image_preprocess.rotation_transform(angles, shape[1],
+                                                                      shape[2]),
+        output_shape=shape[1:3], fill_value=tf.constant(0, tf.float32),
+        interpolation='NEAREST', fill_mode='CONSTANT')
+
+
+def distort_image(image, height, width, object_cover, area_cover,
+                  rotate=contrib_rotate_images):
+    """The original's training distortion in its float-first order: a float [H, W, 3]
+    image in [0, 1] cropped (image_preprocess.crop_window), resized, then
+    image_preprocess.augment_image (before the [-1, 1] map)."""
+    tf = _tf()
+    import image_preprocess
+    with tf.name_scope('distort_image'):
+        begin, size = image_preprocess.crop_window(tf.shape(image), object_cover, area_cover)
+        image = tf.slice(image, begin, size)
+        image = tf.image.resize(image, [height, width], method='bilinear')
+        image.set_shape([height, width, 3])
+        return image_preprocess.augment_image(image, rotate)

@@ -31,9 +31,8 @@ import argparse
 import os
 import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+if __name__ == '__main__':
+    import _checkout  # noqa: F401 -- python tools/predict.py: the checkout importable
 
 import devices  # noqa: E402
 import flags  # noqa: E402
