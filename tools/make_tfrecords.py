@@ -290,6 +290,9 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     plan, bounds = shard_plan.shard_order(plans, num_shards, source)
 
     os.makedirs(split_dir, exist_ok=True)
+    for name in os.listdir(split_dir):  # the plan a killed run left behind
+        if name.startswith('.plan-') and name.endswith('.npy'):
+            os.remove(os.path.join(split_dir, name))
     paths = [shards.shard_path(split_dir, start_index + k) for k in range(len(bounds))]
     to_write, shards_skipped = shards.shards_to_write(paths, overwrite, note)
     plan_path = os.path.join(split_dir, '.plan-%d.npy' % os.getpid())
