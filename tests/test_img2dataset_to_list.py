@@ -16,6 +16,7 @@ from PIL import Image
 
 import url_zoo
 from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags
+from tools import urls_to_img2dataset as u2i
 
 PER_SHARD = 8
 TIMEOUT = 3  # img2dataset's --timeout: the silent server outlasts it, the trickle does not
@@ -37,9 +38,17 @@ def _labels(i):
     return '%d:1\t%d:0.5' % (i % CLASSES, (i + 2) % CLASSES)
 
 
+def _names():
+    """The file name of every case, in list order: a repeated URL's with its -k suffix."""
+    seen = {}
+    return [u2i._unique(u2i.original_name(path), seen)[0] for _, path, _ in url_zoo.CASES]
+
+
+NAMES = _names()
+
+
 def _name(path):
-    parts = path.split('/')
-    return parts[-2] + '_' + parts[-1]
+    return u2i.original_name(path)
 
 
 def _img2dataset(input_dir, out):
@@ -120,7 +129,7 @@ def test_every_zoo_case_has_its_outcome(run):
     found = _outcomes(run['root'])
     assert len(found) == len(url_zoo.CASES)  # one line per URL
     for i, (case, path, expected) in enumerate(url_zoo.CASES):
-        outcome = found[_name(path)]
+        outcome = found[NAMES[i]]
         if expected.startswith('kept') or expected == 'skipped_by_make_tfrecords':
             assert outcome == ('kept', _labels(i)), case  # labels verbatim
         else:
@@ -137,10 +146,10 @@ def test_every_zoo_case_has_its_outcome(run):
 @pytest.mark.slow
 def test_kept_images_are_stored_at_shorter_side_320(run):
     images = run['root'] / 'list' / 'images'
-    for case, path, expected in url_zoo.CASES:
+    for name, (case, path, expected) in zip(NAMES, url_zoo.CASES):
         if not expected.startswith('kept'):
             continue
-        data = (images / _name(path)).read_bytes()
+        data = (images / name).read_bytes()
         note = expected.partition(':')[2]
         if note == 'bytes as served':
             assert data == url_zoo.BODIES[path], case
@@ -169,15 +178,15 @@ def test_records_are_clean_and_train(run):
     assert run['records'].returncode == 0, run['records'].stderr
     assert run['check'].returncode == 0, run['check'].stdout + run['check'].stderr
     records = _records(run['root'])
-    kept = [(i, path) for i, (_, path, expected) in enumerate(url_zoo.CASES)
+    kept = [(i, NAMES[i]) for i, (_, _, expected) in enumerate(url_zoo.CASES)
             if expected.startswith('kept')]
-    assert sorted(records) == sorted(_name(path) for _, path in kept)
-    for i, path in kept:
+    assert sorted(records) == sorted(name for _, name in kept)
+    for i, name in kept:
         label = np.zeros(CLASSES, np.float32)
         for token in _labels(i).split():
             cls, _, conf = token.partition(':')
             label[int(cls)] = float(conf or 1)
-        assert records[_name(path)][1].tolist() == label.tolist(), path
+        assert records[name][1].tolist() == label.tolist(), name
     # make_tfrecords decodes fully: the truncated original img2dataset kept is skipped.
     report = (run['root'] / 'data' / 'train_report.txt').read_text()
     assert '1001_107_trunc_small.jpg' in report

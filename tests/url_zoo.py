@@ -72,6 +72,7 @@ BODIES = {
     '/1002/122_known.png': KNOWN_PLACEHOLDER,
     '/placeholder/photo_unavailable.png': PLACEHOLDER,
     '/1003/trickle.jpg': _jpeg(160, 120, seed=10),
+    '/1007/160_thrice.jpg': _jpeg(110, 90, seed=11),
 }
 STATUS = {'/1004/130_404.jpg': 404, '/1004/131_500.jpg': 500}
 REDIRECTS = ['/1005/14%d_gone.jpg' % i for i in range(4)]
@@ -98,6 +99,8 @@ CASES = [
     ('re-upload (same bytes, 2 URLs) a', '/1002/120_dup_a.jpg', 'kept:bytes as served'),
     ('re-upload (same bytes, 2 URLs) b', '/1002/121_dup_b.jpg', 'kept:bytes as served'),
     ('known placeholder hash', '/1002/122_known.png', 'placeholder'),
+] + [('one URL listed 3 times #%d' % i, '/1007/160_thrice.jpg', 'kept:bytes as served')
+     for i in range(3)] + [
     ('server silent past the timeout', SLOW, 'failed_to_download'),
     ('connection cut mid-body', CUT, 'failed_to_download'),
     ('trickling server (256 bytes / %.1f s)' % TRICKLE_GAP, TRICKLE, 'kept:bytes as served'),

@@ -16,7 +16,7 @@ stops the tool with exit 1, the shard numbers and the fix (rerun the same img2da
 command: it redoes the shards without a stats file), and nothing is written.
 
 A success whose downloaded bytes are a placeholder is dropped: a sha256 shared by
->= --placeholder_min_urls successful URLs (a "photo unavailable" image that missing photos
+>= --placeholder_min_urls distinct successful URLs (a "photo unavailable" image that missing photos
 redirect to), or listed in --placeholder_hashes. Everything else that succeeded is kept:
 
     OUT/images/<name>   a hard link to <dir>/<s>/<key>.jpg, named as the original's
@@ -174,6 +174,31 @@ def _read_shard(path, shard_rows):
     return [dict(zip(COLUMNS, row)) for row in rows]
 
 
+class _UrlsPerHash(object):
+    """How many distinct URLs gave each sha256: a list that names a URL twice must not
+    make its photo a placeholder. Most digests have one URL, kept as its hash() alone."""
+
+    def __init__(self):
+        self.first = {}   # sha256 -> hash(url) of its only URL so far
+        self.many = {}    # sha256 -> {hash(url), ...} once a second URL came
+
+    def add(self, digest, url):
+        key = hash(url)
+        if digest in self.many:
+            self.many[digest].add(key)
+        elif digest not in self.first:
+            self.first[digest] = key
+        elif self.first[digest] != key:
+            self.many[digest] = {self.first.pop(digest), key}
+
+    def shared(self, min_urls, known):
+        """{sha256: distinct URLs} of the placeholders: >= min_urls URLs, or known."""
+        found = {d: len(keys) for d, keys in self.many.items() if len(keys) >= min_urls}
+        found.update({d: 1 for d in self.first if d in known})
+        found.update({d: len(keys) for d, keys in self.many.items() if d in known})
+        return found
+
+
 class _Progress(_progress.ProgressLine):
     def __init__(self, enabled, total):
         super(_Progress, self).__init__(enabled)
@@ -201,18 +226,18 @@ def convert(download_dir, input_dir, out_dir, per_shard=10000, min_urls=3,
     order = sorted(shards)
     meter = _Progress(progress, 2 * len(order))
 
-    hash_count = collections.Counter()  # pass 1: the sha256 of every success
+    urls = _UrlsPerHash()  # pass 1: the distinct URLs behind every success's sha256
     for shard in order:
         for row in _read_shard(parquets[shard], shards[shard]):
             if row['status'] == 'success':
                 if not row['sha256']:
                     raise ListError('%s: a success without a sha256: run img2dataset with '
                                     'its default --compute_hash sha256' % parquets[shard])
-                hash_count[row['sha256']] += 1
+                urls.add(row['sha256'], row['url'])
         meter.done += 1
         meter.tick()
-    shared = {h: n for h, n in hash_count.items() if n >= min_urls or h in known}
-    del hash_count
+    shared = urls.shared(min_urls, known)
+    del urls
 
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
@@ -301,10 +326,10 @@ def build_parser():
                              '(default 10000, its default)')
     parser.add_argument('--placeholder_min_urls', type=common.int_at_least(2, '>= 2'),
                         default=3, metavar='N',
-                        help='drop the images whose downloaded bytes (sha256) are shared '
-                             'by N or more URLs: a placeholder served for missing photos. '
-                             'Default 3: byte-identical re-uploads come in pairs, a '
-                             'placeholder in thousands')
+                        help='drop the images whose downloaded bytes (sha256) came from '
+                             'N or more distinct URLs: a placeholder served for missing '
+                             'photos. Default 3: a pair of identical uploads is kept, a '
+                             'placeholder is hit by thousands')
     parser.add_argument('--placeholder_hashes', metavar='FILE',
                         help='more placeholder sha256 digests (hex, one a line, # '
                              'comments), dropped however few URLs share them')
