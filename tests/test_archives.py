@@ -1,6 +1,7 @@
 """tools/archives.py through make_tfrecords.py: ImageNet's tar archives, built here in
 the releases' layouts with real JPEGs, read in place into real records."""
 import io
+import json
 import os
 import subprocess
 import sys
@@ -210,6 +211,13 @@ def test_imagenet_1k_train_tar_of_tars_to_single_label_records(ilsvrc, tmp_path)
             assert _single_label(example) == order[name.split('/')[0]]
             seen.append(name)
     assert sorted(seen) == sorted(train)
+    check = subprocess.run(
+        [sys.executable, os.path.join('tools', 'check_tfrecords.py'), '--class_num', '3',
+         '--label_type', 'single', '--workers', '2', '--quiet', '--json', str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr
+    totals = json.loads(check.stdout)['totals']
+    assert totals['records'] == 12 and totals['positives'] == [4, 4, 4]
     lines = (out / 'imagenet_train_list.txt').read_text().splitlines()
     assert sorted(lines) == sorted('%s %d' % (n, order[n[:9]]) for n in train)
     assert lines != sorted(lines)       # shuffled: the shards are not class-sorted
@@ -235,6 +243,16 @@ def test_imagenet_1k_val_tar_with_label_list(ilsvrc, tmp_path):
     assert [_single_label(e) for e in examples] == [order[w] for w in val_wnids]
     assert [e.features.feature['image'].bytes_list.value[0] for e in examples] == \
         [val[n] for n in sorted(val)]
+    check = [sys.executable, os.path.join('tools', 'check_tfrecords.py'), '--class_num', '3',
+             '--workers', '1', '--quiet', str(out / 'val')]
+    result = subprocess.run(check + ['--label_type', 'single'], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'checked 1 files, 5 records' in result.stdout
+    assert 'positives per image: 1: 5' in result.stdout
+    result = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert 'a class index: check with --label_type single' in result.stdout
 
 
 def test_dictionary_with_wordnet_ids_gives_its_own_order(tmp_path):

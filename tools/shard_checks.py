@@ -83,7 +83,7 @@ def _record_size(length):
 
 
 def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
-               on_record=None, hierarchy=None):
+               on_record=None, hierarchy=None, label_type='multi'):
     """Check every record of one shard file and return its summary dict.
 
     decoder: as for check_record (None: this process's TensorFlow decoder).
@@ -92,6 +92,7 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
       where it is, so that the parent can name the record if the worker dies on it).
     hierarchy: a hierarchy.Hierarchy of class_num classes, to count the labels that are
       not closed under ancestors (module docstring); None: not counted.
+    label_type: check_record's ('single': an int64 class index per record).
 
     The dict: path, records (records read), bad (a list of dicts file, index, name,
     reasons, reason), warnings (dicts file, index, name, warning; at most
@@ -133,7 +134,7 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
         for record in _read_records(path):
             if on_record is not None:
                 on_record(count)
-            result = check_record(record, class_num, decoder)
+            result = check_record(record, class_num, decoder, label_type=label_type)
             if not result.ok:
                 bad.append({'file': path, 'index': count, 'name': result.name,
                             'reasons': result.reasons, 'reason': '; '.join(result.reasons)})
