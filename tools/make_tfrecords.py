@@ -32,9 +32,15 @@ the resampling); smaller images are stored as without the flag. A 10 MP photo th
 the input pipeline what an ImageNet one does (docs/photos.md).
 
 Images that are missing or that Pillow cannot decode are skipped and listed in a report
-file. Every list is validated completely before anything is written. A shard is written
-under a temporary name and renamed when complete; a rerun skips finished shards
-(shards.py).
+file. Every list is validated completely before anything is written, in the one pass
+that makes the plan of the shards (shard_plan.py: each task then reads only its own
+lines). A shard is written under a temporary name and renamed when complete, its record
+count added to records.txt at once; a rerun skips finished shards (shards.py).
+
+ImageNet's tar archives are read in place (archives.py): --image_tars DIR for the
+per-synset tars of the 21k releases, with a list as usual; --imagenet_train_tar and
+--imagenet_val_tar for ILSVRC2012, whose lists imagenet.py writes, with single-label
+records (`label` one int64 class index, records.make_class_index_example).
 
 --hierarchy FILE (dictionary_and_semantic_hierarchy.txt) closes each image's labels under
 ancestors before they are written (hierarchy.close: an ancestor a with y_a == 0 gets
