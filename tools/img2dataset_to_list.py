@@ -33,6 +33,7 @@ OUT is written under a temporary name and renamed when complete.
 Needs pyarrow (requirements-download.txt).
 """
 import collections
+import errno
 import glob
 import json
 import math
@@ -253,6 +254,10 @@ def convert(download_dir, input_dir, out_dir, per_shard=10000, min_urls=3,
             failures.write('# url\tname\treason\n')
             for shard in order:
                 shard_dir = os.path.splitext(parquets[shard])[0]
+                if not os.path.isdir(shard_dir):
+                    raise ListError('%s is not a directory: run img2dataset with '
+                                    '--output_format files (and its default --encode_format '
+                                    'jpg)' % shard_dir)
                 for row in _read_shard(parquets[shard], shards[shard]):
                     if row['status'] != 'success':
                         reason = _reason(row)
@@ -298,9 +303,10 @@ def _link(source, target):
         raise ListError('two rows of the input have the file name %s: make the input '
                         'with urls_to_img2dataset.py' % os.path.basename(target)) from None
     except OSError as exc:
-        raise ListError('cannot hard-link %s to %s (%s): put the output on the same '
-                        'file system as the download' % (source, target, exc.strerror)) \
-            from None
+        hint = (': put the output on the same file system as the download'
+                if exc.errno == errno.EXDEV else '')
+        raise ListError('cannot hard-link %s to %s (%s)%s'
+                        % (source, target, exc.strerror, hint)) from None
 
 
 def build_parser():
