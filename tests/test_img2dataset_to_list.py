@@ -19,7 +19,7 @@ from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags
 from tools import urls_to_img2dataset as u2i
 
 PER_SHARD = 8
-TIMEOUT = 3  # img2dataset's --timeout: the silent server outlasts it, the trickle does not
+TIMEOUT = 5  # img2dataset's --timeout: the silent server outlasts it; each trickle gap is 1/50
 IMG2DATASET = os.path.join(os.path.dirname(sys.executable), 'img2dataset')
 I2D_ENV = dict(ENV, NO_ALBUMENTATIONS_UPDATE='1', WANDB_MODE='disabled')
 

@@ -16,7 +16,8 @@ from PIL import Image
 
 from helpers import smooth_pixels
 
-TRICKLE_GAP = 0.2     # seconds between the trickling server's chunks
+TRICKLE_GAP = 0.1     # seconds between the trickling server's chunks: 1/50 of the tests'
+TRICKLE_CHUNK = 32    # client timeout, while the whole body (3.5 KB) takes ~11 s, twice it
 SLOW_LIMIT = 60.0     # the silent handler returns after this even if never released
 
 
@@ -103,7 +104,8 @@ CASES = [
      for i in range(3)] + [
     ('server silent past the timeout', SLOW, 'failed_to_download'),
     ('connection cut mid-body', CUT, 'failed_to_download'),
-    ('trickling server (256 bytes / %.1f s)' % TRICKLE_GAP, TRICKLE, 'kept:bytes as served'),
+    ('trickling server (%d bytes / %.1f s)' % (TRICKLE_CHUNK, TRICKLE_GAP), TRICKLE,
+     'kept:bytes as served'),
 ]
 
 
@@ -152,10 +154,10 @@ class ZooServer(object):
                     self.send_response(200)
                     self.send_header('Content-Length', str(len(body)))
                     self.end_headers()
-                    for start in range(0, len(body), 256):
+                    for start in range(0, len(body), TRICKLE_CHUNK):
                         if server.release.is_set():
                             return
-                        self.wfile.write(body[start:start + 256])
+                        self.wfile.write(body[start:start + TRICKLE_CHUNK])
                         self.wfile.flush()
                         time.sleep(TRICKLE_GAP)
                     return
