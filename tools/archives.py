@@ -22,6 +22,9 @@ reported, not an error (synsets were removed after 2011).
 import os
 import tarfile
 
+from tools import common
+from tools import progress as _progress
+
 INDEX_DIR = 'archive_index'
 LAYOUTS = ('tars', 'nested', 'flat')
 
@@ -122,7 +125,36 @@ def build_index(task, report=None):
         for name, offset, size in members:
             f.write('%s\t%d\t%d\n' % (name, offset, size))
     os.replace(tmp, cache)
+    if report is not None:
+        report(len(members))
     return len(members)
+
+
+class _IndexProgress(_progress.ProgressLine):
+    """'archives indexed done/total, members'."""
+
+    def __init__(self, total, enabled):
+        super(_IndexProgress, self).__init__(enabled)
+        self.total, self.done, self.members = total, 0, 0
+
+    def add(self, members):
+        self.done += 1
+        self.members += members
+        self.tick()
+
+    def done_total(self):
+        return self.done, self.total
+
+    def text(self):
+        return '%d/%d archives indexed, %d members' % (self.done, self.total, self.members)
+
+
+def index_all(tasks, workers, progress=True):
+    """build_index for every task, `workers` processes, with a progress line."""
+    meter = _IndexProgress(len(tasks), progress and bool(tasks))
+    common.run_tasks(build_index, tasks, min(workers, len(tasks)), meter.add)
+    if tasks:
+        meter.finish()
 
 
 def units(source, keys, out_dir):

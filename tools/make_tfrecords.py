@@ -292,7 +292,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     missing = []
     if source is not None:
         missing = _resolve(plans, by_key, list_files, source, os.fspath(out_dir),
-                           workers, note)
+                           workers, note, progress)
     plan, bounds = shard_plan.shard_order(plans, num_shards, source)
 
     os.makedirs(split_dir, exist_ok=True)
@@ -368,12 +368,11 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     return summary
 
 
-def _resolve(plans, by_key, list_files, source, out_dir, workers, note):
+def _resolve(plans, by_key, list_files, source, out_dir, workers, note, progress):
     """shard_plan.resolve with the archives indexed by `workers` processes; the
     report entries of the images missing from the release."""
     def index(tasks):
-        common.run_tasks(archives.build_index, tasks, min(workers, len(tasks)),
-                         lambda *args: None)
+        archives.index_all(tasks, workers, progress)
     try:
         if shard_plan.resolve(plans, by_key, list_files, source, out_dir, index, note):
             return shard_plan.missing_entries(plans, list_files, source)

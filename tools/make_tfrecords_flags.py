@@ -149,14 +149,18 @@ def archive_flag_problem(args):
 def inputs(args):
     """(lists, archives.Source or None, class_num) of the command line; the ImageNet-1k
     list is written here (imagenet.py)."""
+    if args.imagenet_train_tar or args.imagenet_val_tar:
+        count, _ = imagenet.load_dictionary(args.dictionary)
+        if args.class_num is not None and args.class_num != count:
+            raise InputError('--class_num %d, but dictionary %s has %d classes'
+                             % (args.class_num, args.dictionary, count))
     if args.imagenet_train_tar:
         args.split = args.split or 'train'
         workers = args.workers or common.default_workers()
         try:
             path, count = imagenet.write_train_list(
                 args.imagenet_train_tar, args.dictionary, args.out_dir,
-                lambda tasks: common.run_tasks(archives.build_index, tasks,
-                                               min(workers, len(tasks)), lambda *a: None))
+                lambda tasks: archives.index_all(tasks, workers, not args.quiet))
         except archives.ArchiveError as exc:
             raise InputError(str(exc)) from None
         source = archives.Source('nested', args.imagenet_train_tar)
@@ -170,7 +174,4 @@ def inputs(args):
         source = archives.Source('tars', args.image_tars) if args.image_tars else None
         return ([args.list_dir] if args.list_dir is not None else args.lists, source,
                 args.class_num)
-    if args.class_num is not None and args.class_num != count:
-        raise InputError('--class_num %d, but dictionary %s has %d classes'
-                         % (args.class_num, args.dictionary, count))
     return [path], source, count
