@@ -54,6 +54,7 @@ Run from the repository root:
 import argparse
 import numbers
 import os
+import pickle
 import sys
 import time
 
@@ -113,6 +114,8 @@ def _write_shard(task, on_progress=None):
     added = {'labels': 0, 'images': 0}
     pending_done = pending_skipped = 0
     last_report = time.monotonic()
+    if task.get('hierarchy_file'):
+        task = dict(task, hierarchy=_shared_hierarchy(task['hierarchy_file']))
     lines = list(shard_plan.task_lines(task))
     source = task.get('source')
     if source is not None:
@@ -150,6 +153,18 @@ def _write_shard(task, on_progress=None):
     return {'index': task['index'], 'path': task['path'], 'written': writer.count,
             'skipped': skipped, 'labels_added': added['labels'],
             'images_closed': added['images']}
+
+
+_HIERARCHIES = {}
+
+
+def _shared_hierarchy(path):
+    """The hierarchy a run's parent pickled once for its workers, loaded once per worker:
+    in every task it would be pickled per shard (0.9 MB, 30 ms at 11,166 classes)."""
+    if path not in _HIERARCHIES:
+        with open(path, 'rb') as f:
+            _HIERARCHIES[path] = pickle.load(f)
+    return _HIERARCHIES[path]
 
 
 def _labelled_example(task, data, labels, width, height, image):
@@ -297,7 +312,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
 
     os.makedirs(split_dir, exist_ok=True)
     for name in os.listdir(split_dir):  # the plan a killed run left behind
-        if name.startswith('.plan-') and name.endswith('.npy'):
+        if name.startswith('.plan-') and name.endswith(('.npy', '.pickle')):
             os.remove(os.path.join(split_dir, name))
     paths = [shards.shard_path(split_dir, start_index + k) for k in range(len(bounds))]
     to_write, shards_skipped = shards.shards_to_write(paths, overwrite, note)
@@ -316,10 +331,17 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     meter = _Progress(sum(t['count'] for t in tasks), progress and bool(tasks))
     workers = min(workers, len(tasks))
     shard_plan.save(plan, plan_path)
+    shared = plan_path[:-len('.npy')] + '-hierarchy.pickle'
     try:
+        if hierarchy is not None and workers > 1:
+            with open(shared, 'wb') as f:
+                pickle.dump(hierarchy, f)
+            tasks = [dict(t, hierarchy=None, hierarchy_file=shared) for t in tasks]
         results = common.run_tasks(_write_shard, tasks, workers, meter.add)
     finally:
-        os.remove(plan_path)
+        for path in (plan_path, shared):
+            if os.path.exists(path):
+                os.remove(path)
     results.sort(key=lambda r: r['index'])
 
     images_written = sum(r['written'] for r in results)
