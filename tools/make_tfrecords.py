@@ -51,7 +51,6 @@ Run from the repository root:
 
     python tools/make_tfrecords.py -idx image_lists/ -tfs data/ -im images/ -cls 11166
 """
-import argparse
 import numbers
 import os
 import pickle
@@ -66,10 +65,9 @@ import hierarchy as hierarchy_lib  # noqa: E402
 import startup  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
-from tools import shards  # noqa: E402
+from tools import archives, shard_plan, shards  # noqa: E402
 from tools.image_lists import (InputError, MakeRecordsError, dense_label,  # noqa: E402
-                               resolve_lists, scan_list)
-from tools import archives, shard_plan  # noqa: E402
+                               resolve_lists)
 from tools.images import BadImageError, load_image, record_image  # noqa: E402
 from tools.make_tfrecords_flags import (LABEL_LAYOUTS, PROG, SPLITS,  # noqa: E402
                                         archive_flag_problem, build_parser, inputs)
