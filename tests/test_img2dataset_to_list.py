@@ -226,6 +226,9 @@ def test_unfinished_or_foreign_shards_fail_loudly(run, tmp_path):
     proc = _tool('img2dataset_to_list.py', *args, '--number_sample_per_shard', PER_SHARD)
     assert proc.returncode == 2 and '--output_format files' in proc.stderr
     assert not (tmp_path / 'list').exists()
+    proc = _tool('img2dataset_to_list.py', download, run['root'] / 'input', download,
+                 '--overwrite', '--number_sample_per_shard', PER_SHARD)
+    assert proc.returncode == 2 and 'would hold' in proc.stderr and download.exists()
     proc = _tool('img2dataset_to_list.py', *args)  # the default 10000 a shard: 1 shard
     assert proc.returncode == 2 and 'number_sample_per_shard' in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -82,5 +82,8 @@ def test_existing_output_is_kept_unless_overwrite(tmp_path):
     assert proc.returncode == 2 and '--overwrite' in proc.stderr
     assert _run(url_list, tmp_path / 'in', '--overwrite', '--quiet').returncode == 0
     assert _rows(tmp_path / 'in')[0]['name'] == '1_x.jpg'
+    proc = _run(url_list, tmp_path, '--overwrite')  # would delete the list itself
+    assert proc.returncode == 2 and 'would hold the list' in proc.stderr
+    assert url_list.exists()
     assert _run(tmp_path / 'nope.txt', tmp_path / 'x').returncode == 2
     assert _run(url_list, tmp_path / 'x', '--rows_per_file', 0).returncode == 2

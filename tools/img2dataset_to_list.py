@@ -222,6 +222,10 @@ def convert(download_dir, input_dir, out_dir, per_shard=10000, min_urls=3,
     placeholders, failed (Counter by status), placeholder_hashes ({sha256: URLs})."""
     if os.path.exists(out_dir) and not overwrite:
         raise ListError('%s exists; remove it or pass --overwrite' % out_dir)
+    for path in (download_dir, input_dir):
+        if _inside(path, out_dir):
+            raise ListError('the output %s would hold %s: give another directory'
+                            % (out_dir, path))
     shards = expected_shards(input_dir, per_shard)
     parquets = check_complete(download_dir, shards)
     order = sorted(shards)
@@ -290,6 +294,12 @@ def convert(download_dir, input_dir, out_dir, per_shard=10000, min_urls=3,
         shutil.rmtree(tmp, ignore_errors=True)
     return {'kept': kept, 'placeholders': placeholders, 'failed': failed,
             'placeholder_hashes': shared, 'out_dir': out_dir}
+
+
+def _inside(path, directory):
+    """Whether path is directory or lies under it (so replacing directory would lose it)."""
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def _link(source, target):

@@ -124,6 +124,10 @@ def convert(url_list, out_dir, rows_per_file=1000000, overwrite=False, progress=
         raise ConvertError('no such URL list: %s' % url_list)
     if os.path.exists(out_dir) and not overwrite:
         raise ConvertError('%s exists; remove it or pass --overwrite' % out_dir)
+    real_out = os.path.realpath(out_dir).rstrip(os.sep) + os.sep
+    if os.path.realpath(url_list).startswith(real_out):
+        raise ConvertError('the output %s would hold the list %s: give another directory'
+                           % (out_dir, url_list))
     # Pass 1 checks every line, so a bad last line costs no half-written directory.
     meter = _Progress(progress, 'checking %s' % os.path.basename(url_list))
     rows = sum(parse_line(line, url_list, n) is not None for n, line in _lines(url_list, meter))
