@@ -229,7 +229,14 @@ def make_sparse_example(jpeg_bytes, index, value, width, height, name):
                     value=value[order])
 
 
-def _example(jpeg_bytes, width, height, name, label=None, index=None, value=None):
+def make_class_index_example(jpeg_bytes, class_index, width, height, name):
+    """The single-label record (--label_type=single, ImageNet's): `label` is one int64
+    class index; image, width, height and name as make_example."""
+    return _example(jpeg_bytes, width, height, name, class_index=class_index)
+
+
+def _example(jpeg_bytes, width, height, name, label=None, index=None, value=None,
+             class_index=None):
     if isinstance(name, str):
         name = name.encode('utf-8')
 
@@ -245,7 +252,9 @@ def _example(jpeg_bytes, width, height, name, label=None, index=None, value=None
         'height': _int64(height),
         'name': _bytes(name),
     }
-    if label is not None:
+    if class_index is not None:
+        feature['label'] = _int64(class_index)
+    elif label is not None:
         feature['label'] = _bytes(label)
     else:
         feature[LABEL_INDEX] = tf.train.Feature(

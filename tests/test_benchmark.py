@@ -25,3 +25,18 @@ def test_benchmark_runs_end_to_end_and_prints_the_table(tmp_path):
                  'usable cores', 'cores busy'):
         assert name in result.stdout, (name, result.stdout)
     assert len(glob.glob(str(tmp_path / 'shards' / 'train' / '*.tfrecords'))) == 4
+
+
+def test_bookkeeping_mode_measures_every_cost_before_and_after(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='')
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'tools', 'benchmark.py'), '--bookkeeping',
+         '--bk_shards', '40', '--bk_lines', '300', '--bk_per_shard', '20',
+         '--bk_cost_images', '10', '--bk_dir', str(tmp_path / 'work')],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for text in ('list parsing, one list, K = 40 shards', 'a shard task scans the whole list',
+                 'resume of a run with K = 40 finished shards', 'listing: before',
+                 'counting: before', 'check_tfrecords parent over K = 40 files',
+                 'short side 320, sparse labels'):
+        assert text in result.stdout, (text, result.stdout)

@@ -469,3 +469,17 @@ def test_published_file_in_predict(published, tmp_path):
     child = np.flatnonzero(parents >= 0)
     assert (score[parents[child]] >= score[child]).all()  # every edge, so every path
     assert len(record['top_k']) == len(parents)
+
+
+def test_worker_processes_close_labels_as_one_process(data, tmp_path):
+    # The parent pickles the hierarchy once for its workers instead of into every task.
+    h = H.load(str(data['hierarchy']))
+    kwargs = dict(class_num=CLASSES, progress=False, hierarchy=h, num_shards=3)
+    runs = {w: mt.build_records([str(data['list'])], str(data['root'] / 'images'),
+                                str(tmp_path / str(w)), workers=w, **kwargs) for w in (1, 2)}
+    assert runs[2]['labels_added'] == runs[1]['labels_added'] > 0
+    one, two = (read_labels(tmp_path / str(w) / 'train') for w in (1, 2))
+    assert len(one) == len(two) == runs[1]['images_written']
+    np.testing.assert_array_equal(np.array(one), np.array(two))
+    assert sorted(os.listdir(tmp_path / '2' / 'train')) == [
+        '0.tfrecords', '1.tfrecords', '2.tfrecords', 'records.txt']

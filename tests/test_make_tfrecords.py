@@ -364,3 +364,57 @@ def test_make_tfrecords_sparse_flag_and_mixed_layouts_train_side_by_side(tmp_pat
     assert images_out.shape == (12, 16, 16, 3)
     np.testing.assert_array_equal(labels[:6], labels[6:])  # same lists, two layouts
     np.testing.assert_array_equal(labels[0], np.float32([1, 0.8, 0, -1, 0, 0, 0]))
+
+
+def test_shard_tasks_parse_only_their_own_lines(images, tmp_path, monkeypatch):
+    names = ['rgb.jpg', 'gray.jpg', 'cmyk.jpg', 'alpha.png', 'sub/rgb2.jpeg'] * 4
+    lst = _write(tmp_path / 'one.txt', ['%s %d' % (n, i % CLASS_NUM)
+                                        for i, n in enumerate(names)])
+    from tools import shard_plan
+    parsed = []
+    real = shard_plan.parse_raw_line
+
+    def counting(raw, *args):
+        parsed.append(raw)
+        return real(raw, *args)
+
+    monkeypatch.setattr(shard_plan, 'parse_raw_line', counting)
+    summary = mt.build_records(str(lst), str(images), str(tmp_path / 'out'),
+                               class_num=CLASS_NUM, num_shards=7, workers=1, progress=False)
+    assert summary['images_written'] == len(names)
+    # 7 shard tasks, each line parsed once by its own task (a scan of the whole list per
+    # task would make 7 x 20)
+    assert len(parsed) == len(names)
+    assert not [n for n in os.listdir(tmp_path / 'out' / 'train') if n.startswith('.plan')]
+
+
+def test_records_txt_grows_as_shards_finish_so_a_resume_reads_no_shard(images, tmp_path,
+                                                                        monkeypatch):
+    lists = [_write(tmp_path / ('%d.txt' % k), [name + ' 1']) for k, name in
+             enumerate(['rgb.jpg', 'gray.jpg', 'cmyk.jpg'])]
+    out = tmp_path / 'out'
+    calls = []
+    real = mt.make_example
+
+    def dying_make_example(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # killed while writing the third shard
+        return real(*args)
+
+    monkeypatch.setattr(mt, 'make_example', dying_make_example)
+    with pytest.raises(KeyboardInterrupt):
+        mt.build_records([str(p) for p in lists], str(images), str(out),
+                         class_num=CLASS_NUM, workers=1, progress=False)
+    assert file_db.read_counts(str(out / 'train')) == {'0.tfrecords': 1, '1.tfrecords': 1}
+    monkeypatch.setattr(mt, 'make_example', real)
+
+    def no_reading(*args):
+        raise AssertionError('a finished shard was read to count it')
+
+    monkeypatch.setattr(tf.io, 'tf_record_iterator', no_reading)
+    summary = mt.build_records([str(p) for p in lists], str(images), str(out),
+                               class_num=CLASS_NUM, workers=1, progress=False)
+    assert len(summary['shards_skipped']) == 2 and len(summary['shards_written']) == 1
+    assert (out / 'train' / 'records.txt').read_text() == \
+        '0.tfrecords 1\n1.tfrecords 1\n2.tfrecords 1\n'

@@ -33,6 +33,8 @@ ratios. Shards are made once (photograph-like 500x375 JPEGs of quality 90, soft 
 over 11,166 classes, written by tools/make_tfrecords.py) and reused from --shard_dir.
 --photos / --coverage: photo-size records instead (1-10 MP, before and after
 convert_tfrecords.py --short_side) and the crop resolution the network sees (tools/photos.py).
+--bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
+(tools/bookkeeping.py).
 """
 import argparse
 import glob
@@ -45,7 +47,7 @@ if __name__ == '__main__':
 import numpy as np  # noqa: E402
 
 import startup  # noqa: E402
-from tools import photos  # noqa: E402
+from tools import bookkeeping, photos  # noqa: E402
 
 from tools.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,  # noqa: E402
                              _tf, build_pipeline, cpu_description, make_shards,
@@ -165,6 +167,7 @@ def build_parser():
     step.add_argument('--step_repeats', type=int, default=3)
     step.add_argument('--step_warmup', type=int, default=1)
     photos.add_arguments(parser)
+    bookkeeping.add_arguments(parser)
     return parser
 
 
@@ -180,6 +183,8 @@ def main(argv=None):
     tf.logging.set_verbosity(tf.logging.ERROR)
     if args.photos or args.coverage:
         return photos.main(args)
+    if args.bookkeeping:
+        return bookkeeping.main(args)
     if args.files:
         files = sorted(glob.glob(args.files))
         if not files:

@@ -240,8 +240,11 @@ class _Worker(object):
 
 
 def run_workers(items, target, args, workers, on_progress, on_finished, on_crash,
-                what='working on', log_prefix='tools-'):
+                what='working on', log_prefix='tools-', on_result=None):
     """Results of `target` processes for `items`, in item order.
+
+    on_result(result), when given, sees every result as it arrives and returns what is
+    kept of it (a caller that sums results need not hold them whole until the end).
 
     target(conn, *args, position, log_path): a module-level function that calls serve().
     on_progress(payload): a worker's progress. on_finished(): an item is done (or lost).
@@ -271,7 +274,8 @@ def run_workers(items, target, args, workers, on_progress, on_finished, on_crash
                     if kind == 'progress':
                         on_progress(payload)
                     elif kind == 'done':
-                        results[worker.task] = payload
+                        results[worker.task] = payload if on_result is None \
+                            else on_result(payload)
                         worker.task = None
                         on_finished()
                         if todo and not dead:
@@ -281,9 +285,11 @@ def run_workers(items, target, args, workers, on_progress, on_finished, on_crash
                                            % (what, items[worker.task], payload))
                 if dead:
                     if worker.task is not None:
-                        results[worker.task] = on_crash(
+                        crashed = on_crash(
                             items[worker.task], worker.process.exitcode,
                             worker.position.value, worker.last_output())
+                        results[worker.task] = crashed if on_result is None \
+                            else on_result(crashed)
                         on_finished()
                         worker.task = None
                     live.remove(worker)

@@ -72,23 +72,31 @@ def parse_sparse(line, class_num, source, lineno):
     return fields[0], labels
 
 
-def scan_list(path, class_num):
-    """Yield (lineno, image path, {class: confidence}) for every image line of a list.
+def scan_list(path, class_num, with_offsets=False):
+    """Yield (lineno, image path, {class: confidence}) for every image line of a list;
+    with_offsets, (byte offset of the line, lineno, image path, labels).
 
     Labels stay sparse here: a dense 11166-class label per line of a large list would
     not fit in memory.
     """
+    offset = 0
     with open(path, 'rb') as f:
         for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode('utf-8')
-            except UnicodeDecodeError:
-                raise ListFormatError(path, lineno, 'line is not valid UTF-8') from None
-            if lineno == 1:
-                line = line.lstrip('\ufeff')  # editors on Windows add a BOM
-            parsed = parse_sparse(line, class_num, path, lineno)
+            parsed = parse_raw_line(raw, class_num, path, lineno)
             if parsed is not None:
-                yield (lineno,) + parsed
+                yield ((offset, lineno) if with_offsets else (lineno,)) + parsed
+            offset += len(raw)
+
+
+def parse_raw_line(raw, class_num, path, lineno):
+    """parse_sparse of one undecoded line (lineno 1 may start with a BOM)."""
+    try:
+        line = raw.decode('utf-8')
+    except UnicodeDecodeError:
+        raise ListFormatError(path, lineno, 'line is not valid UTF-8') from None
+    if lineno == 1:
+        line = line.lstrip('\ufeff')  # editors on Windows add a BOM
+    return parse_sparse(line, class_num, path, lineno)
 
 
 def find_lists(list_dir):

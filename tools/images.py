@@ -161,6 +161,13 @@ def load_image(path, jpeg_quality=95, short_side=0):
         raise BadImageError('cannot read file: %s' % _describe(exc)) from None
     if not data:
         raise BadImageError('empty file (0 bytes)')
+    return record_image(data, jpeg_quality, short_side)
+
+
+def record_image(data, jpeg_quality=95, short_side=0):
+    """load_image for the bytes of an image file (a member of a tar archive, say)."""
+    if not data:
+        raise BadImageError('empty image (0 bytes)')
     img = _open(data)
     width, height = img.size
     size = downscaled_size(width, height, short_side)

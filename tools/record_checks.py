@@ -12,7 +12,9 @@ Records); check_tfrecords.py runs them over whole shards (see shard_checks.py).
   the decoder training uses -- so an image that decodes here decodes in training.
   Width/height features that disagree with the decoded size are a warning.
 * label: little-endian float32 bytes, exactly class_num of them; every value finite and
-  in [-1, 1]. Values in (-1, 0) are a warning (only -1 has a meaning: "ignore").
+  in [-1, 1]. Values in (-1, 0) are a warning (only -1 has a meaning: "ignore"). With
+  label_type 'single' (ImageNet's records, --label_type=single) one int64 class index in
+  [0, class_num) instead.
 """
 import collections
 
@@ -187,7 +189,7 @@ def _sparse_label_bytes(sparse, class_num, reasons):
     return _records().dense_label(index, value, class_num).tobytes()
 
 
-def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
+def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type='multi'):
     """Check one serialized record; never raises for bad data.
 
     serialized: the record's bytes. class_num: the expected label length.
@@ -196,6 +198,9 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
       built on first use.
     mask_thres: what counts as a positive in CheckResult.positives; the verdict does
       not depend on it.
+    label_type: 'multi' (class_num float32 labels, either layout) or 'single' (`label`
+      one int64 class index in [0, class_num), --label_type=single; CheckResult.label is
+      then its one-hot vector).
 
     Returns a CheckResult(ok, reasons, warnings, label, name, positives); see its
     docstring.
@@ -214,8 +219,10 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
     feature_map = example.features.feature
     values = {}
     # The compact layout (make_tfrecords.py --label_layout sparse) instead of `label`.
-    sparse = records.sparse_entries(feature_map)
+    sparse = records.sparse_entries(feature_map) if label_type == 'multi' else None
     for key, (kind, default) in records.FEATURES.items():
+        if key == 'label' and label_type == 'single':
+            kind = 'int64_list'  # records.parse_record(label_type='single')
         if key == 'label' and sparse is not None:
             continue
         if key not in feature_map:
@@ -235,8 +242,13 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
                                 % (MISSING_OPTIONAL, key, default))
             continue
         if found_kind != kind:
-            reasons.append('%s: %r is a %s, training reads a %s'
-                           % (BAD_FEATURE, key, found_kind, kind))
+            hint = ''
+            if key == 'label' and found_kind == 'int64_list':
+                hint = ' (a class index: check with --label_type single)'
+            elif key == 'label' and kind == 'int64_list':
+                hint = ' (float labels: check with --label_type multi)'
+            reasons.append('%s: %r is a %s, training reads a %s%s'
+                           % (BAD_FEATURE, key, found_kind, kind, hint))
             continue
         items = getattr(feature, found_kind).value
         if len(items) != 1:
@@ -254,11 +266,19 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7):
         raw = _sparse_label_bytes(sparse, class_num, reasons)
         if raw is not None:
             values['label'] = raw
-    if 'label' in values:
+    if 'label' in values and label_type == 'single':
+        index = values['label']
+        if 0 <= index < class_num:
+            label = np.zeros(class_num, np.float32)
+            label[index] = 1.0
+        else:
+            reasons.append('%s: class index %d outside [0, class_num=%d)'
+                           % (LABEL_VALUES, index, class_num))
+    elif 'label' in values:
         label = _check_label(values['label'], class_num, reasons, warnings)
-        if label is not None:
-            # float32 against float32, as training compares: a label of 0.7 is positive
-            positives = int((label >= np.float32(mask_thres)).sum())
+    if label is not None:
+        # float32 against float32, as training compares: a label of 0.7 is positive
+        positives = int((label >= np.float32(mask_thres)).sum())
 
     if 'image' in values:
         if decoder is None:

@@ -83,7 +83,7 @@ def _record_size(length):
 
 
 def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
-               on_record=None, hierarchy=None):
+               on_record=None, hierarchy=None, label_type='multi'):
     """Check every record of one shard file and return its summary dict.
 
     decoder: as for check_record (None: this process's TensorFlow decoder).
@@ -92,6 +92,7 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
       where it is, so that the parent can name the record if the worker dies on it).
     hierarchy: a hierarchy.Hierarchy of class_num classes, to count the labels that are
       not closed under ancestors (module docstring); None: not counted.
+    label_type: check_record's ('single': an int64 class index per record).
 
     The dict: path, records (records read), bad (a list of dicts file, index, name,
     reasons, reason), warnings (dicts file, index, name, warning; at most
@@ -133,7 +134,7 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
         for record in _read_records(path):
             if on_record is not None:
                 on_record(count)
-            result = check_record(record, class_num, decoder)
+            result = check_record(record, class_num, decoder, label_type=label_type)
             if not result.ok:
                 bad.append({'file': path, 'index': count, 'name': result.name,
                             'reasons': result.reasons, 'reason': '; '.join(result.reasons)})
@@ -206,48 +207,77 @@ def crashed_file(path, exitcode, index, last_output):
 
 
 
-def totals(per_file, class_num):
-    """The totals over check_file summaries: files, records, bad_records, corrupt_files,
-    warnings, labelled_records, ignored_entries, positives (per class), never_positive
-    (classes without a positive), cardinality (list: positives per image -> records)."""
-    positives = np.zeros(class_num, np.int64)
-    cardinality = np.zeros(1, np.int64)
-    for summary in per_file:
+class Totals(object):
+    """The totals of check_file summaries, added one by one as they arrive: the caller
+    keeps one class_num vector (two with a hierarchy), not one per file."""
+
+    def __init__(self, class_num, hierarchy=None):
+        self.class_num = class_num
+        self.hierarchy = hierarchy
+        self.positives = np.zeros(class_num, np.int64)
+        self.pairs = np.zeros(class_num, np.int64) if hierarchy is not None else None
+        self.cardinality = np.zeros(1, np.int64)
+        self.counts = collections.Counter()
+
+    def add(self, summary):
+        """Adds one file's summary; returns it without its per-class lists."""
         if summary['positives'] is not None:
-            positives += np.asarray(summary['positives'], np.int64)
+            self.positives += np.asarray(summary['positives'], np.int64)
+        if self.pairs is not None and summary.get('unclosed_pairs') is not None:
+            self.pairs += np.asarray(summary['unclosed_pairs'], np.int64)
         found = np.asarray(summary['cardinality'], np.int64)
-        if len(found) > len(cardinality):
-            cardinality = np.concatenate([cardinality,
-                                          np.zeros(len(found) - len(cardinality), np.int64)])
-        cardinality[:len(found)] += found
-    return {
-        'files': len(per_file),
-        'records': sum(s['records'] for s in per_file),
-        'bad_records': sum(len(s['bad']) for s in per_file),
-        'corrupt_files': sum(1 for s in per_file if s['corrupt']),
-        'warnings': sum(s['warning_count'] for s in per_file),
-        'labelled_records': sum(s['labelled_records'] for s in per_file),
-        'ignored_entries': sum(s['ignored_entries'] for s in per_file),
-        'positives': positives.tolist(),
-        'never_positive': np.flatnonzero(positives == 0).tolist(),
-        'cardinality': cardinality.tolist(),
-    }
+        if len(found) > len(self.cardinality):
+            self.cardinality = np.concatenate(
+                [self.cardinality, np.zeros(len(found) - len(self.cardinality), np.int64)])
+        self.cardinality[:len(found)] += found
+        self.counts.update({
+            'files': 1, 'records': summary['records'], 'bad_records': len(summary['bad']),
+            'corrupt_files': 1 if summary['corrupt'] else 0,
+            'warnings': summary['warning_count'],
+            'labelled_records': summary['labelled_records'],
+            'ignored_entries': summary['ignored_entries'],
+            'unclosed_records': summary.get('unclosed_records', 0),
+            'kept_pairs': summary.get('kept_pairs', 0)})
+        return {k: v for k, v in summary.items() if k not in ('positives', 'unclosed_pairs')}
+
+    def totals(self):
+        """files, records, bad_records, corrupt_files, warnings, labelled_records,
+        ignored_entries, positives (per class), never_positive (classes without a
+        positive), cardinality (list: positives per image -> records)."""
+        out = {k: self.counts[k] for k in ('files', 'records', 'bad_records',
+                                           'corrupt_files', 'warnings', 'labelled_records',
+                                           'ignored_entries')}
+        out.update({'positives': self.positives.tolist(),
+                    'never_positive': np.flatnonzero(self.positives == 0).tolist(),
+                    'cardinality': self.cardinality.tolist()})
+        return out
+
+    def hierarchy_totals(self, worst=10):
+        """The closure counts (made with a hierarchy): file, records (with at least one
+        unclosed pair), pairs, kept_pairs (those closure cannot fill: the ancestor is
+        annotated below mask_thres), classes (with a pair), per_class (pairs by positive
+        class) and worst (the `worst` classes with most pairs: class, name, pairs)."""
+        pairs = self.pairs
+        ranked = [int(c) for c in np.argsort(-pairs, kind='stable')[:worst] if pairs[c]]
+        return {'file': self.hierarchy.path, 'records': self.counts['unclosed_records'],
+                'pairs': int(pairs.sum()), 'kept_pairs': self.counts['kept_pairs'],
+                'classes': int((pairs > 0).sum()),
+                'per_class': pairs.tolist(),
+                'worst': [{'class': c, 'name': self.hierarchy.names[c],
+                           'pairs': int(pairs[c])} for c in ranked]}
+
+
+def totals(per_file, class_num):
+    """Totals.totals over a list of check_file summaries."""
+    acc = Totals(class_num)
+    for summary in per_file:
+        acc.add(summary)
+    return acc.totals()
 
 
 def hierarchy_totals(per_file, hierarchy, worst=10):
-    """The closure counts over check_file summaries made with a hierarchy: file, records
-    (with at least one unclosed pair), pairs, kept_pairs (those closure cannot fill: the
-    ancestor is annotated below mask_thres), classes (with a pair), per_class (pairs by
-    positive class) and worst (the `worst` classes with most pairs: class, name, pairs)."""
-    pairs = np.zeros(len(hierarchy), np.int64)
+    """Totals.hierarchy_totals over a list of check_file summaries."""
+    acc = Totals(len(hierarchy), hierarchy)
     for summary in per_file:
-        if summary['unclosed_pairs'] is not None:
-            pairs += np.asarray(summary['unclosed_pairs'], np.int64)
-    ranked = [int(c) for c in np.argsort(-pairs, kind='stable')[:worst] if pairs[c]]
-    return {'file': hierarchy.path,
-            'records': sum(s['unclosed_records'] for s in per_file),
-            'pairs': int(pairs.sum()), 'kept_pairs': sum(s['kept_pairs'] for s in per_file),
-            'classes': int((pairs > 0).sum()),
-            'per_class': pairs.tolist(),
-            'worst': [{'class': c, 'name': hierarchy.names[c], 'pairs': int(pairs[c])}
-                      for c in ranked]}
+        acc.add(summary)
+    return acc.hierarchy_totals(worst)

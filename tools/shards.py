@@ -32,18 +32,39 @@ def shards_to_write(paths, overwrite=False, note=None):
     """(to_write, existing): the paths to (re)write and those skipped because they exist.
 
     Stale temporary files of every path to write are removed; note(message) is told
-    about each skipped shard.
+    about each skipped shard. Each directory is listed once, whatever the number of
+    shards (a listing per shard made a resume quadratic in the shards).
     """
+    listings = {}
+    for path in paths:
+        directory = os.path.dirname(path) or '.'
+        if directory not in listings:
+            listings[directory] = _listing(directory)
     to_write, existing = [], []
     for path in paths:
-        remove_stale_tmp(path)
-        if os.path.exists(path) and not overwrite:
+        directory, name = os.path.split(path)
+        names, stale = listings[directory or '.']
+        if name in names and not overwrite:
             if note is not None:
-                note('skipping existing shard %s' % os.path.basename(path))
+                note('skipping existing shard %s' % name)
             existing.append(path)
         else:
+            for leftover in stale.get(name, ()):
+                os.remove(os.path.join(directory, leftover))
             to_write.append(path)
     return to_write, existing
+
+
+def _listing(directory):
+    """(names of the files in directory, {shard name: its temporary leftovers})."""
+    names, stale = set(), {}
+    for entry in os.listdir(directory):
+        base, marker, _ = entry.partition(TMP_MARKER)
+        if marker:
+            stale.setdefault(base, []).append(entry)
+        else:
+            names.add(entry)
+    return names, stale
 
 
 class ShardWriter(object):
@@ -91,10 +112,26 @@ def write_text_atomically(path, lines):
     os.replace(tmp_path, path)
 
 
+def append_count(path, count):
+    """Adds '<shard name> <count>' to records.txt beside the finished shard `path`, so
+    that a resumed run need not read the shards a killed one finished. One write of an
+    O_APPEND file: concurrent workers' lines do not mix. record_counts rewrites the file
+    sorted at the end of a run; read_counts keeps the last line of a name."""
+    import file_db
+    directory, name = os.path.split(path)
+    fd = os.open(os.path.join(directory, file_db.COUNTS_FILE),
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, ('%s %d\n' % (name, count)).encode('utf-8'))
+    finally:
+        os.close(fd)
+
+
 def record_counts(split_dir, written):
     """Adds the shards of this run to <split_dir>/records.txt (file_db.write_counts):
-    `written` = {path: records}, plus any shard of the directory not listed yet (a killed
-    run's finished shard, which a rerun skips), counted by reading it."""
+    `written` = {path: records}, plus any shard of the directory not listed yet (one a
+    run finished before append_count existed, or after records.txt was removed, which a
+    rerun skips), counted by reading it."""
     import file_db
     import tensorflow.compat.v1 as tf
     counts = {os.path.basename(path): n for path, n in written.items() if n}
@@ -103,5 +140,5 @@ def record_counts(split_dir, written):
         if name.endswith(SHARD_SUFFIX) and name not in listed and name not in counts:
             counts[name] = sum(1 for _ in tf.io.tf_record_iterator(
                 os.path.join(split_dir, name)))
-    if counts:
+    if counts or listed:
         file_db.write_counts(split_dir, counts)
