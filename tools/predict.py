@@ -261,7 +261,7 @@ def with_predictor(args, work, error, top_k=5, list_separator=None, settings=tup
                    prog=PROG):
     """Chooses the network's `settings` (choose_settings), collects the images the
     arguments name, loads the model, says which settings it runs with (the first line on
-    stderr, after the model loaded: an error is then the only line) and returns
+    stderr, after the model loaded: a model that does not load is one error line) and returns
     work(serving, predictor, images, chosen settings), closing the model after; bad input
     is reported with `error` and gives None (exit status 2). list_separator: read --list as the original programs did
     (inference_io.original_list_entries)."""
