@@ -168,7 +168,8 @@ def build_parser():
     group.add_argument('--single_label', action='store_true',
                        help='score classes with the softmax probability (a single-label '
                             'model, e.g. fine-tuned on ImageNet) and list only the top-k; '
-                            'default: multi-label sigmoid scores')
+                            'default: multi-label sigmoid scores, or softmax when the '
+                            'flags.txt beside --checkpoint says --label_type=single')
     group.add_argument('--format', choices=('tsv', 'jsonl', 'original'), default='tsv',
                        help='tsv (default), jsonl (JSON lines) or original: the text of the '
                             'original\'s image_classification.py, per image "+++ the '
