@@ -93,18 +93,22 @@ def check_cpu_kernels(opts):
 
 def trained_settings(opts):
     """--mode=eval, predict and export: the network's settings (inference_settings) from
-    the flags.txt beside the checkpoint unless given on the command line, logged first;
-    for eval a depth or class count that does not fit the checkpoint is a UsageError."""
+    the flags.txt beside the checkpoint unless given on the command line, logged first."""
     opts, lines = inference_settings.for_options(
         opts, flags_lib.given(), opts.checkpoint_path or opts.model_dir,
         inference_settings.MODE_SETTINGS[opts.mode])
     tf.logging.info('%s', lines[0])
     for line in lines[1:]:
         tf.logging.warning('%s', line)
-    checkpoint = opts.checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
-    if opts.mode == 'eval' and checkpoint and tf.train.checkpoint_exists(checkpoint):
-        checkpoints.checkpoint_model(checkpoint, opts.resnet_size, opts.class_num)
     return opts
+
+
+def check_eval_model(opts):
+    """--mode=eval: a depth or class count that does not fit the checkpoint is a
+    UsageError (as predict and export check it), not a failed restore."""
+    checkpoint = opts.checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
+    if checkpoint and tf.train.checkpoint_exists(checkpoint):
+        checkpoints.checkpoint_model(checkpoint, opts.resnet_size, opts.class_num)
 
 
 def inference_checkpoint(opts):
@@ -169,6 +173,7 @@ def main(argv, extra_hooks=()):
         elif opts.mode == 'eval':
             opts = trained_settings(opts)
             validate(opts)
+            check_eval_model(opts)
             training.evaluate(opts)
         elif opts.mode == 'predict':
             predict(trained_settings(opts))

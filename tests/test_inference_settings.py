@@ -170,6 +170,12 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     assert ('inference settings: image_size 32, resnet_size 18, class_num 5, '
             'batch_norm_epsilon 0.001, label_type multi, hierarchy none (trained: %s)'
             % os.path.join(model_dir, 'flags.txt')) in evaluated.stderr
+    wrong = run_train(*common, '--mode=eval', '--resnet_size=50')
+    assert wrong.returncode == 2 and wrong.stderr.strip().splitlines()[-1] == (
+        'train.py: error: %s is a ResNet-18, --resnet_size is 50'
+        % os.path.join(model_dir, 'model.ckpt-2')), wrong.stderr[-2000:]
+    assert ('warning: --resnet_size=50 differs from the trained --resnet_size=18'
+            in wrong.stderr)
     line = [l for l in evaluated.stderr.splitlines() if '] evaluated ' in l][-1]
     want = {key: float(re.search(r'\b%s = ([0-9.]+)' % re.escape(key), line).group(1))
             for key in ('mAP', 'precision@1')}
