@@ -3,9 +3,8 @@ and the rule given > trained > default with its log line and warnings. The end-t
 check that inference reproduces evaluation is test_inference_matches_eval below."""
 import json
 import os
+import pathlib
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pytest
 import flags
 import inference_settings
 from errors import UsageError
-from helpers import ROOT, run_train, write_lines
+from helpers import run_train, write_lines
 
 DEFAULTS = flags.defaults()._asdict()
 TRAINED = ['# train.py run started ...', '--image_size=48', '--resnet_size=18',
@@ -115,7 +114,7 @@ def write_split(root, name, count, rng):
                   for c, d in enumerate(draw) if d < 0.5]
         lines.append('%s\t%s' % (image, ' '.join(labels)))
     path = os.path.join(root, '%s_list.txt' % name)
-    write_lines(__import__('pathlib').Path(path), lines)
+    write_lines(pathlib.Path(path), lines)
     return path, images
 
 

@@ -13,9 +13,10 @@ Writes OUTPUT (.npy, float32, N x D) and a text file with the N image names in r
 (--names, default OUTPUT with .txt for .npy); with --format original one text file as the
 original's extract_feature.py: per image `path <TAB> second field of its list line <TAB>
 f1 f2 ... fD` (the list lines split on spaces as the original did: `path label`).
-Preprocessing: the original's by default (--preprocess, see tools/predict.py); the input size
-the trained one of the run's flags.txt beside the checkpoint unless --image_size is given. Images that cannot be read or decoded are
-reported on stderr, one line each, and left out of both files. Both files are written under
+Preprocessing: the original's by default (--preprocess, see tools/predict.py); the input
+size the trained one of the run's flags.txt beside the checkpoint unless --image_size is
+given. Images that cannot be read or decoded are reported on stderr, one line each, and
+left out of both files. Both files are written under
 temporary names and renamed when complete. The inference code is serving.py's; the model
 and image options are tools/predict.py's.
 """

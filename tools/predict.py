@@ -13,12 +13,13 @@ The model is a checkpoint of train.py (a model directory or a checkpoint path; a
 and class count are read from it; the input size, batch-norm epsilon and label type are the
 trained ones of the run's flags.txt beside it unless given, inference_settings.py) or a
 SavedModel written by `train.py --export_dir` (its settings are built in). The first line
-on stderr says which settings are used and where they came from. Images: file paths, directories (their .jpg/.jpeg/.png/.gif/.bmp
-files, recursively) and --list files. The inference code is serving.py's, shared with
-train.py --mode predict; this file only parses the command line (extract_features.py
-reuses its options). Images go through the original's inference preprocessing by default
-(--preprocess=original: shorter side 256, centre crop, OpenCV's bilinear), or train.py's
-evaluation crop (--preprocess=eval); a SavedModel has the one it was exported with.
+on stderr says which settings are used and where they came from. Images: file paths,
+directories (their .jpg/.jpeg/.png/.gif/.bmp files, recursively) and --list files. The
+inference code is serving.py's, shared with train.py --mode predict; this file only parses
+the command line (extract_features.py reuses its options). Images go through the original's
+inference preprocessing by default (--preprocess=original: shorter side 256, centre crop,
+OpenCV's bilinear), or train.py's evaluation crop (--preprocess=eval); a SavedModel has the
+one it was exported with.
 
 --hierarchy FILE (the ML-Images dictionary_and_semantic_hierarchy.txt, hierarchy.py) adds
 every listed class's path to the root (TSV column `path`, JSON field `path`), and with
@@ -262,10 +263,10 @@ def with_predictor(args, work, error, top_k=5, list_separator=None, settings=tup
                    prog=PROG):
     """Chooses the network's `settings` (choose_settings), collects the images the
     arguments name, loads the model, says which settings it runs with (the first line on
-    stderr, after the model loaded: a model that does not load is one error line) and returns
-    work(serving, predictor, images, chosen settings), closing the model after; bad input
-    is reported with `error` and gives None (exit status 2). list_separator: read --list as the original programs did
-    (inference_io.original_list_entries)."""
+    stderr, after the model loaded: a model that does not load is one error line) and
+    returns work(serving, predictor, images, chosen settings), closing the model after; bad
+    input is reported with `error` and gives None (exit status 2). list_separator: read
+    --list as the original programs did (inference_io.original_list_entries)."""
     # One GPU, chosen before TensorFlow starts, as train.py chooses them.
     devices.choose(args.visiable_gpu, 1)
     serving, bad_input = import_serving()
