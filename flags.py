@@ -57,7 +57,8 @@ _string(G, 'mode', 'train',
         'images of --piclist with a checkpoint, TSV on stdout (tools/predict.py has more '
         'options). export: write a checkpoint as a SavedModel to --export_dir.')
 _string(G, 'checkpoint_path', '', '--mode=eval, predict or export: the checkpoint to use '
-        '(default: the latest in --model_dir).')
+        '(default: the latest in --model_dir). Its network settings (image_size, resnet_size, '
+        'class_num, ...) are those of the flags.txt beside it, unless given.')
 _string(G, 'export_dir', '',
         'Write a SavedModel as <export_dir>/<version>/ (TensorFlow Serving\'s layout; the '
         'version is the time in seconds, earlier versions stay): with --mode=export from '

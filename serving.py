@@ -56,6 +56,7 @@ PREPROCESSING = {
 }
 DEFAULT_PREPROCESS = 'original'
 PREPROCESSING_FILE = os.path.join('assets.extra', 'preprocessing.txt')
+FLAGS_FILE = os.path.join('assets.extra', 'flags.txt')  # the training run's settings
 
 
 def check_preprocess(preprocess, flag='--preprocess'):
@@ -171,13 +172,14 @@ def is_saved_model(directory):
 
 
 def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
-                       preprocess=DEFAULT_PREPROCESS, version=None):
+                       preprocess=DEFAULT_PREPROCESS, version=None, flags_lines=None):
     """Writes the inference graph of opts (build_inference_graph; NHWC, which runs on CPUs
     and GPUs alike -- the variables do not depend on the layout) with the checkpoint's
     weights as the SavedModel
     export_dir/<version>/ (TensorFlow Serving's layout; earlier versions stay), its
     preprocessing (PREPROCESSING[preprocess]) built in and recorded in the SavedModel's
-    assets.extra/preprocessing.txt (`preprocess=NAME: description`). version: by default
+    assets.extra/preprocessing.txt (`preprocess=NAME: description`); flags_lines, when
+    given, as assets.extra/flags.txt (the settings it was trained with). version: by default
     the time in seconds, or one more than the highest existing version. Returns the path.
 
     It is built under a hidden temporary name in export_dir (which TensorFlow Serving
@@ -208,6 +210,9 @@ def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
         os.makedirs(os.path.join(building, os.path.dirname(PREPROCESSING_FILE)))
         with open(os.path.join(building, PREPROCESSING_FILE), 'w') as f:
             f.write(preprocessing_line(preprocess, opts.image_size) + '\n')
+        if flags_lines is not None:
+            with open(os.path.join(building, FLAGS_FILE), 'w') as f:
+                f.write('\n'.join(flags_lines) + '\n')
         os.rename(building, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -30,6 +30,7 @@ import devices
 import file_db
 import flags as flags_lib
 import inference_io
+import inference_settings
 import precision
 import run_settings
 import serving
@@ -90,6 +91,26 @@ def check_cpu_kernels(opts):
             'TensorFlow\'s own bfloat16 kernels' % error)
 
 
+def trained_settings(opts):
+    """--mode=eval, predict and export: the network's settings (inference_settings) from
+    the flags.txt beside the checkpoint unless given on the command line, logged first."""
+    opts, lines = inference_settings.for_options(
+        opts, flags_lib.given(), opts.checkpoint_path or opts.model_dir,
+        inference_settings.MODE_SETTINGS[opts.mode])
+    tf.logging.info('%s', lines[0])
+    for line in lines[1:]:
+        tf.logging.warning('%s', line)
+    return opts
+
+
+def check_eval_model(opts):
+    """--mode=eval: a depth or class count that does not fit the checkpoint is a
+    UsageError (as predict and export check it), not a failed restore."""
+    checkpoint = opts.checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
+    if checkpoint and tf.train.checkpoint_exists(checkpoint):
+        checkpoints.checkpoint_model(checkpoint, opts.resnet_size, opts.class_num)
+
+
 def inference_checkpoint(opts):
     """--checkpoint_path, else the latest checkpoint in --model_dir."""
     if opts.checkpoint_path:
@@ -125,8 +146,9 @@ def export(opts, checkpoint_path=None):
     validate(opts)
     checkpoint_path = checkpoint_path or inference_checkpoint(opts)
     checkpoints.checkpoint_model(checkpoint_path, opts.resnet_size, opts.class_num)
-    path = serving.export_saved_model(checkpoint_path, opts.export_dir, opts, opts.top_k,
-                                      opts.preprocess)
+    path = serving.export_saved_model(
+        checkpoint_path, opts.export_dir, opts, opts.top_k, opts.preprocess,
+        flags_lines=inference_settings.export_record(opts, checkpoint_path))
     tf.logging.info('exported %s as the SavedModel %s (signature %s: %s -> %s; %s)',
                     checkpoint_path, path, serving.SIGNATURE_KEY, serving.INPUT_KEY,
                     ', '.join(serving.OUTPUT_KEYS),
@@ -149,12 +171,14 @@ def main(argv, extra_hooks=()):
             if opts.export_dir:
                 export(opts, checkpoints.latest_checkpoint(opts.model_dir))
         elif opts.mode == 'eval':
+            opts = trained_settings(opts)
             validate(opts)
+            check_eval_model(opts)
             training.evaluate(opts)
         elif opts.mode == 'predict':
-            predict(opts)
+            predict(trained_settings(opts))
         elif opts.mode == 'export':
-            export(opts)
+            export(trained_settings(opts))
         else:
             validate(opts)
             training.train(opts, settings(opts), extra_hooks)

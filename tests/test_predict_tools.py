@@ -132,3 +132,30 @@ def test_original_flag_names_are_accepted(capsys):
     status = predict_tool.main(['--saved_model', 'x', '--preprocess', 'eval', 'a.jpg'])
     assert status == 2
     assert '--preprocess go with --checkpoint' in capsys.readouterr().err
+
+
+def test_a_checkpoints_settings_come_from_the_flags_txt_beside_it(tmp_path):
+    """tools/predict.py's settings (inference_settings): trained unless given, the
+    given ones that differ named in one warning line each; none from a SavedModel."""
+    model = tmp_path / 'model'
+    model.mkdir()
+    write_text(model / 'flags.txt', '# train.py run\n--image_size=64\n--class_num=3\n'
+                                    '--label_type=single\n')
+    source = str(model / 'flags.txt')
+    parse = predict_tool.build_parser().parse_intermixed_args
+    args = parse(['--checkpoint', str(model / 'model.ckpt-5'), 'x.jpg'])
+    values, lines = predict_tool.choose_settings(args, list(predict_tool.SETTINGS))
+    assert values == {'image_size': 64, 'resnet_size': None, 'class_num': 3,
+                      'batch_norm_epsilon': 1e-5, 'label_type': 'single'}
+    assert lines == ['inference settings: image_size 64, resnet_size from the checkpoint, '
+                     'class_num 3, batch_norm_epsilon 1e-05 (default: not in flags.txt), '
+                     'label_type single (trained: %s)' % source]
+    write_text(model / 'flags.txt', '--image_size=64\n--label_type=multi\n')
+    args = parse(['--checkpoint', str(model), '--image_size', '224', '--single_label', 'x'])
+    values, lines = predict_tool.choose_settings(args, ['image_size', 'label_type'])
+    assert values == {'image_size': 224, 'label_type': 'single'}
+    assert lines[1:] == [
+        'warning: --image_size=224 differs from the trained --image_size=64 (%s)' % source,
+        'warning: --single_label differs from the trained --label_type=multi (%s)' % source]
+    args = parse(['--saved_model', str(model), 'x.jpg'])
+    assert predict_tool.choose_settings(args, list(predict_tool.SETTINGS)) == ({}, [])

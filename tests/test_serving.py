@@ -203,14 +203,18 @@ def test_predict_tsv_with_ml_images_names_reports_the_broken_image_and_goes_on(
     directory, good = images
     dictionary = tmp_path / 'dictionary.txt'
     dictionary.write_text(DICTIONARY)
+    # No --image_size: the trained one, from the run's flags.txt (inference_settings).
     status, out, err = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
-                                '--image_size', IMAGE_SIZE, '--class_dict', dictionary,
+                                '--class_dict', dictionary,
                                 '--top_k', 2, '--threshold', 0.5, '--batch_size', 2, directory)
     assert status == 0, err
     broken = os.path.join(directory, '3_broken.jpg')
-    assert len(err) == 2 and err[0].startswith(
-        'predict.py: skipped %s: cannot decode: ' % broken), err
-    assert err[1] == 'predict.py: 5 images classified, 1 skipped'
+    assert len(err) == 3 and err[0] == (
+        'predict.py: inference settings: image_size %d, resnet_size 18, class_num %d, '
+        'batch_norm_epsilon 1e-05, label_type multi (trained: %s)'
+        % (IMAGE_SIZE, CLASSES, os.path.join(model_dir, 'flags.txt'))), err
+    assert err[1].startswith('predict.py: skipped %s: cannot decode: ' % broken), err
+    assert err[2] == 'predict.py: 5 images classified, 1 skipped'
     header, rows = tsv_rows(out)
     assert header == ['image', 'rank', 'class', 'score', 'positive', 'name']
     assert list(dict.fromkeys(row[0] for row in rows)) == [path for path, _ in good]
@@ -245,8 +249,10 @@ def test_predict_json_lines_single_label_and_name_per_line_from_a_saved_model(
                                 '--single_label', '--top_k', 3, '--class_dict', names,
                                 '--format', 'jsonl', '--list', listing, '--output', output)
     assert status == 0 and out == ''
-    assert len(err) == 4 and err[-1] == 'predict.py: 2 images classified, 3 skipped'
-    skipped = sorted(err[:3])
+    assert len(err) == 5 and err[-1] == 'predict.py: 2 images classified, 3 skipped'
+    assert err[0] == ('predict.py: inference settings: built into the SavedModel %s (%s)'
+                      % (export_dir, serving.saved_model_preprocessing(export_dir)))
+    skipped = sorted(err[1:4])
     assert skipped[0].startswith('predict.py: skipped %s: cannot decode: ' % broken)
     assert skipped[1].startswith('predict.py: skipped %s: cannot read: '
                                  % os.path.join(directory, 'missing.jpg'))
@@ -306,7 +312,8 @@ def test_extract_features_rows_and_names_in_order(trained, images, reference, tm
         status, _, err = run_tool(extract_features, capsys, *source, '--batch_size', batch,
                                   directory, '-o', output)
         assert status == 0, err
-        assert 'skipped %s' % os.path.join(directory, '3_broken.jpg') in err[0]
+        assert err[0].startswith('extract_features.py: inference settings: ')
+        assert 'skipped %s' % os.path.join(directory, '3_broken.jpg') in err[1]
         features = np.load(str(output))
         assert features.shape == (len(good), FEATURE_DIM) and features.dtype == np.float32
         assert_close(features, reference['features'], 'features')
@@ -335,7 +342,10 @@ def test_model_mismatches_are_one_line_and_exit_2(trained, images, tmp_path, cap
     for args, message in cases:
         status, out, err = run_tool(predict_tool, capsys, *args, '--output', output,
                                     good[0][0])
-        assert status == 2 and err == ['predict.py: error: ' + message], (args, err)
+        # A model that does not load: the error is the only line; a dictionary that does
+        # not fit it comes after the settings line.
+        assert status == 2 and err[-1] == 'predict.py: error: ' + message, (args, err)
+        assert len(err) == 1 or err[0].startswith('predict.py: inference settings:'), err
         assert os.listdir(str(tmp_path)) == ['dictionary.txt']
 
 

@@ -2,7 +2,7 @@
 """The pooled feature of each image (the input of the logits layer: 2048 values for
 ResNet-50 and deeper, 512 for ResNet-18/34), as the original's feature extraction gave.
 
-    python tools/extract_features.py --checkpoint out/checkpoint --image_size 224 \\
+    python tools/extract_features.py --checkpoint out/checkpoint \\
         --list images.txt --output features.npy          # + features.txt, the image names
     python tools/extract_features.py --saved_model export/ photos/ -o features.npy
     # the original's extract_feature.py, its flags and its text output:
@@ -13,8 +13,10 @@ Writes OUTPUT (.npy, float32, N x D) and a text file with the N image names in r
 (--names, default OUTPUT with .txt for .npy); with --format original one text file as the
 original's extract_feature.py: per image `path <TAB> second field of its list line <TAB>
 f1 f2 ... fD` (the list lines split on spaces as the original did: `path label`).
-Preprocessing: the original's by default (--preprocess, see tools/predict.py). Images that cannot be read or decoded are
-reported on stderr, one line each, and left out of both files. Both files are written under
+Preprocessing: the original's by default (--preprocess, see tools/predict.py); the input
+size the trained one of the run's flags.txt beside the checkpoint unless --image_size is
+given. Images that cannot be read or decoded are reported on stderr, one line each, and
+left out of both files. Both files are written under
 temporary names and renamed when complete. The inference code is serving.py's; the model
 and image options are tools/predict.py's.
 """
@@ -74,7 +76,7 @@ def main(argv=None):
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
 
-    def work(serving, predictor, images):
+    def work(serving, predictor, images, settings):
         if args.format == 'original':
             counts = serving.run_extract_features_text(predictor, images, args.output,
                                                        args.batch_size, PROG)
@@ -83,8 +85,11 @@ def main(argv=None):
                                                   args.batch_size, PROG)
         return counts + (predictor.feature_dim,)
 
+    # Features do not depend on how the scores are read: no label type.
     result = _predict.with_predictor(args, work, error,
-                                     list_separator=' ' if args.format == 'original' else None)
+                                     list_separator=' ' if args.format == 'original' else None,
+                                     settings=[name for name in _predict.SETTINGS
+                                               if name != 'label_type'], prog=PROG)
     if result is None:
         return 2
     processed, skipped, dim = result

@@ -10,13 +10,16 @@ names, and (multi-label, the default) every class whose sigmoid score reaches --
         --dictionary=data/imagenet2012_dictionary.txt --result=label_pred.txt
 
 The model is a checkpoint of train.py (a model directory or a checkpoint path; architecture
-and class count are read from it, --image_size says the input size) or a SavedModel written
-by `train.py --export_dir`. Images: file paths, directories (their .jpg/.jpeg/.png/.gif/.bmp
-files, recursively) and --list files. The inference code is serving.py's, shared with
-train.py --mode predict; this file only parses the command line (extract_features.py
-reuses its options). Images go through the original's inference preprocessing by default
-(--preprocess=original: shorter side 256, centre crop, OpenCV's bilinear), or train.py's
-evaluation crop (--preprocess=eval); a SavedModel has the one it was exported with.
+and class count are read from it; the input size, batch-norm epsilon and label type are the
+trained ones of the run's flags.txt beside it unless given, inference_settings.py) or a
+SavedModel written by `train.py --export_dir` (its settings are built in). The first line
+on stderr says which settings are used and where they came from. Images: file paths,
+directories (their .jpg/.jpeg/.png/.gif/.bmp files, recursively) and --list files. The
+inference code is serving.py's, shared with train.py --mode predict; this file only parses
+the command line (extract_features.py reuses its options). Images go through the original's
+inference preprocessing by default (--preprocess=original: shorter side 256, centre crop,
+OpenCV's bilinear), or train.py's evaluation crop (--preprocess=eval); a SavedModel has the
+one it was exported with.
 
 --hierarchy FILE (the ML-Images dictionary_and_semantic_hierarchy.txt, hierarchy.py) adds
 every listed class's path to the root (TSV column `path`, JSON field `path`), and with
@@ -37,11 +40,20 @@ if __name__ == '__main__':
 import devices  # noqa: E402
 import flags  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402
+import inference_settings  # noqa: E402
 import startup  # noqa: E402
 from tools import common  # noqa: E402
 
 PROG = 'predict.py'
 DEFAULT_IMAGE_SIZE = flags.defaults().image_size
+# The network settings of --checkpoint (inference_settings: from the flags.txt beside it
+# unless given) and their defaults without that file; depth and class count are read from
+# the checkpoint's variables anyway. The layout (--data_format) does not change results.
+SETTINGS = {'image_size': DEFAULT_IMAGE_SIZE,
+            'resnet_size': inference_settings.FROM_CHECKPOINT,
+            'class_num': inference_settings.FROM_CHECKPOINT,
+            'batch_norm_epsilon': flags.defaults().batch_norm_epsilon,
+            'label_type': flags.defaults().label_type}
 EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images that cannot '
                'be read or decoded are reported on stderr, one line each, and skipped); 1 '
                'when no image could be processed; 2 on bad usage or input (no checkpoint, a '
@@ -84,8 +96,10 @@ def add_model_arguments(parser):
                         help='a SavedModel: the base directory of train.py --export_dir '
                              '(its highest version) or one <version>/ directory')
     group.add_argument('--image_size', type=positive_int, metavar='S',
-                       help='network input size of the checkpoint\'s model (default: %d); '
-                            'a SavedModel has its own' % DEFAULT_IMAGE_SIZE)
+                       help='network input size of the checkpoint\'s model (default: the '
+                            'trained --image_size of the flags.txt beside the checkpoint, '
+                            'else %d; a value that differs from the trained one is a '
+                            'warning); a SavedModel has its own' % DEFAULT_IMAGE_SIZE)
     group.add_argument('--resnet_size', type=positive_int, metavar='N',
                        help='check that the checkpoint holds a ResNet-N (it is read from '
                             'the checkpoint anyway)')
@@ -155,7 +169,8 @@ def build_parser():
     group.add_argument('--single_label', action='store_true',
                        help='score classes with the softmax probability (a single-label '
                             'model, e.g. fine-tuned on ImageNet) and list only the top-k; '
-                            'default: multi-label sigmoid scores')
+                            'default: multi-label sigmoid scores, or softmax when the '
+                            'flags.txt beside --checkpoint says --label_type=single')
     group.add_argument('--format', choices=('tsv', 'jsonl', 'original'), default='tsv',
                        help='tsv (default), jsonl (JSON lines) or original: the text of the '
                             'original\'s image_classification.py, per image "+++ the '
@@ -208,30 +223,56 @@ def import_inference_io():
     return inference_io
 
 
-def load_model(serving, args, top_k=5):
+def choose_settings(args, names):
+    """({setting: value}, log lines) of --checkpoint's network (inference_settings.choose:
+    given, else the flags.txt beside the checkpoint, else SETTINGS); ({}, []) for a
+    SavedModel, which has its settings built in. Raises UsageError for a bad flags.txt."""
+    if not args.checkpoint:
+        return {}, []
+    defaults = {name: SETTINGS[name] for name in names}
+    given = {'image_size': args.image_size, 'resnet_size': args.resnet_size,
+             'class_num': args.class_num,
+             'label_type': 'single' if getattr(args, 'single_label', False) else None}
+    given = {name: value for name, value in given.items() if name in names and value}
+    found, source = inference_settings.trained(args.checkpoint, defaults, names)
+    values, lines = inference_settings.choose(defaults, given, found, source, args.checkpoint,
+                                              {'label_type': '--single_label'})
+    return values, lines
+
+
+def load_model(serving, args, top_k=5, settings=None):
     """The serving.Predictor the model arguments name: the model of train.py's defaults
-    (flags.defaults) with this tool's --image_size, --data_format and --preprocess."""
+    (flags.defaults) with `settings` (choose_settings; else --image_size) and this tool's
+    --data_format and --preprocess."""
     data_format = args.data_format
     if data_format.lower() in ('nchw', 'channels_first') and not devices.gpu_count():
         data_format = 'NHWC'  # CPU convolutions are NHWC only; the results are the same
-    opts = flags.defaults()._replace(image_size=args.image_size or DEFAULT_IMAGE_SIZE,
-                                     data_format=data_format)
+    settings = settings or {}
+    opts = flags.defaults()._replace(
+        image_size=settings.get('image_size') or args.image_size or DEFAULT_IMAGE_SIZE,
+        batch_norm_epsilon=settings.get('batch_norm_epsilon',
+                                        SETTINGS['batch_norm_epsilon']),
+        data_format=data_format)
     return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
                                   opts=opts, resnet_size=args.resnet_size,
                                   class_num=args.class_num, top_k=top_k,
                                   preprocess=args.preprocess or serving.DEFAULT_PREPROCESS)
 
 
-def with_predictor(args, work, error, top_k=5, list_separator=None):
-    """Collects the images the arguments name, loads the model and returns
-    work(serving, predictor, images), closing the model after; bad input is reported with
-    `error` and gives None (exit status 2). list_separator: read --list as the original
-    programs did (inference_io.original_list_entries)."""
+def with_predictor(args, work, error, top_k=5, list_separator=None, settings=tuple(SETTINGS),
+                   prog=PROG):
+    """Chooses the network's `settings` (choose_settings), collects the images the
+    arguments name, loads the model, says which settings it runs with (the first line on
+    stderr, after the model loaded: a model that does not load is one error line) and
+    returns work(serving, predictor, images, chosen settings), closing the model after; bad
+    input is reported with `error` and gives None (exit status 2). list_separator: read
+    --list as the original programs did (inference_io.original_list_entries)."""
     # One GPU, chosen before TensorFlow starts, as train.py chooses them.
     devices.choose(args.visiable_gpu, 1)
     serving, bad_input = import_serving()
     predictor = None
     try:
+        chosen, lines = choose_settings(args, settings)
         inference_io = import_inference_io()
         if list_separator is not None and args.list and not os.path.isdir(args.list):
             images = inference_io.collect_images(args.images) if args.images else []
@@ -239,8 +280,13 @@ def with_predictor(args, work, error, top_k=5, list_separator=None):
                                                          args.image_root)
         else:
             images = inference_io.collect_images(args.images, args.list, args.image_root)
-        predictor = load_model(serving, args, top_k)
-        return work(serving, predictor, images)
+        predictor = load_model(serving, args, top_k, chosen)
+        if args.saved_model:
+            lines = ['inference settings: built into the SavedModel %s (%s)' % (
+                predictor.source, predictor.preprocessing or 'preprocessing not recorded')]
+        for line in lines:
+            sys.stderr.write('%s: %s\n' % (prog, line))
+        return work(serving, predictor, images, chosen)
     except bad_input as e:
         error(e)
         return None
@@ -267,15 +313,21 @@ def main(argv=None):
                          'original\'s text has no place for paths')
     except SystemExit as exc:  # --help, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 2
-    threshold = None if args.single_label or args.format == 'original' else (
-        0.5 if args.threshold is None else args.threshold)
     try:
         tree = hierarchy_lib.load(args.hierarchy) if args.hierarchy else None
     except hierarchy_lib.HierarchyError as e:
         error(e)
         return 2
 
-    def work(serving, predictor, images):
+    def work(serving, predictor, images, settings):
+        # A model trained with --label_type=single is scored by softmax, as --single_label.
+        single = args.single_label or settings.get('label_type') == 'single'
+        if single and args.threshold is not None:
+            raise serving.UsageError(
+                '--threshold is for multi-label scores; %s was trained with '
+                '--label_type=single (softmax scores)' % args.checkpoint)
+        threshold = None if single or args.format == 'original' else (
+            0.5 if args.threshold is None else args.threshold)
         inference_io = import_inference_io()
         load = (inference_io.load_original_class_names if args.format == 'original'
                 else inference_io.load_class_names)
@@ -289,8 +341,9 @@ def main(argv=None):
                                    args.batch_size, args.top_k, threshold, names, PROG,
                                    tree, args.consistent)
 
+    names = [name for name in SETTINGS if name != 'label_type' or args.format != 'original']
     result = with_predictor(args, work, error, args.top_k,
-                            '\t' if args.format == 'original' else None)
+                            '\t' if args.format == 'original' else None, names)
     if result is None:
         return 2
     processed, skipped = result
