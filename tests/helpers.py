@@ -11,6 +11,7 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import flags as flags_lib
+import records
 from tools import make_tfrecords
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -179,7 +180,7 @@ def write_mixed_shards(root, class_num):
                                  class_num=class_num, workers=1, progress=False, num_shards=2)
     directory = os.path.join(root, 'data', 'train')
     # A PNG stored as is (the builder would convert it to JPEG): the fallback path.
-    example = make_tfrecords.make_example(encode_pixels(smooth_pixels(20, 30), 'PNG'),
+    example = records.make_example(encode_pixels(smooth_pixels(20, 30), 'PNG'),
                                           np.eye(class_num)[0], 30, 20, 'raw.png')
     with tf.io.TFRecordWriter(os.path.join(directory, '2.tfrecords')) as writer:
         writer.write(example.SerializeToString())
@@ -216,8 +217,8 @@ def label_vector(values=(), class_num=CHECK_CLASSES):
 
 
 def record(image=JPEG, label=None, width=12, height=9, name='img.jpg', drop=()):
-    """A serialized record made with make_tfrecords.make_example, minus `drop`."""
-    example = make_tfrecords.make_example(
+    """A serialized record made with records.make_example, minus `drop`."""
+    example = records.make_example(
         image, label_vector() if label is None else label, width, height, name)
     for key in drop:
         del example.features.feature[key]

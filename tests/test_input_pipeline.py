@@ -6,8 +6,8 @@ import tensorflow.compat.v1 as tf
 
 import image_preprocess as ip
 import input_pipeline
+import records
 from helpers import encode_pixels as encode, options, smooth_pixels
-from tools import make_tfrecords
 
 tf.disable_v2_behavior()
 
@@ -38,7 +38,7 @@ def test_cpu_pipeline_augments_every_training_batch(tmp_path):
     pixels = smooth_pixels(32, 32, seed=3)
     path = str(tmp_path / 'one.tfrecords')
     with tf.io.TFRecordWriter(path) as writer:
-        writer.write(make_tfrecords.make_example(encode(pixels, 'PNG'), np.eye(CLASSES)[1],
+        writer.write(records.make_example(encode(pixels, 'PNG'), np.eye(CLASSES)[1],
                                                  32, 32, 'one.png').SerializeToString())
     with tf.Graph().as_default():
         opts = options(batch_size=8, class_num=CLASSES, image_size=32, shuffle_buffer=1,
@@ -63,7 +63,7 @@ def test_cpu_pipeline_augments_every_training_batch(tmp_path):
 def test_skip_bad_records_in_device_mode(shards, tmp_path):
     bad = str(tmp_path / 'bad.tfrecords')
     with tf.io.TFRecordWriter(bad) as writer:
-        writer.write(make_tfrecords.make_example(b'\xff\xd8\xff\xe0 no jpeg', np.ones(CLASSES),
+        writer.write(records.make_example(b'\xff\xd8\xff\xe0 no jpeg', np.ones(CLASSES),
                                                  1, 1, 'bad').SerializeToString())
     with tf.Graph().as_default():
         opts = options(batch_size=4, class_num=CLASSES, image_size=24, shuffle_buffer=16,

@@ -48,7 +48,7 @@ def _run_cli(*args):
 
 
 def test_make_example_features():
-    example = mt.make_example(b'\xff\xd8jpeg', [0, 0.5, -1], 7, 9, 'dir/ü.jpg')
+    example = records_lib.make_example(b'\xff\xd8jpeg', [0, 0.5, -1], 7, 9, 'dir/ü.jpg')
     f = _features(tf.train.Example.FromString(example.SerializeToString()))
     assert f['image'] == b'\xff\xd8jpeg' and (f['width'], f['height']) == (7, 9)
     assert f['name'] == 'dir/ü.jpg'
@@ -193,7 +193,7 @@ def test_rerun_skips_existing_shards_and_overwrite_rewrites(images, tmp_path, ca
 def test_failure_mid_shard_leaves_no_partial_file(images, tmp_path, monkeypatch):
     lst = _write(tmp_path / 'a.txt', ['rgb.jpg 1', 'gray.jpg 2', 'cmyk.jpg 3'])
     calls = []
-    real = mt.make_example
+    real = records_lib.make_example
 
     def dying_make_example(*args):
         calls.append(args)
@@ -201,7 +201,7 @@ def test_failure_mid_shard_leaves_no_partial_file(images, tmp_path, monkeypatch)
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(mt, 'make_example', dying_make_example)
+    monkeypatch.setattr(records_lib, 'make_example', dying_make_example)
     out = tmp_path / 'out'
     with pytest.raises(KeyboardInterrupt):
         mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
@@ -394,7 +394,7 @@ def test_records_txt_grows_as_shards_finish_so_a_resume_reads_no_shard(images, t
              enumerate(['rgb.jpg', 'gray.jpg', 'cmyk.jpg'])]
     out = tmp_path / 'out'
     calls = []
-    real = mt.make_example
+    real = records_lib.make_example
 
     def dying_make_example(*args):
         calls.append(args)
@@ -402,7 +402,7 @@ def test_records_txt_grows_as_shards_finish_so_a_resume_reads_no_shard(images, t
             raise KeyboardInterrupt  # killed while writing the third shard
         return real(*args)
 
-    monkeypatch.setattr(mt, 'make_example', dying_make_example)
+    monkeypatch.setattr(records_lib, 'make_example', dying_make_example)
     with pytest.raises(KeyboardInterrupt):
         mt.build_records([str(p) for p in lists], str(images), str(out),
                          class_num=CLASS_NUM, workers=1, progress=False)

@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import records
 from helpers import CHECK_CLASSES as CLASSES, JPEG, ODD_BUT_FINE, encode_noise as encode, \
     encode_pixels, label_vector, options, raw_label_record, record, smooth_pixels
-from tools import make_tfrecords
 from tools import record_checks as rc
 
 tf.disable_v2_behavior()
@@ -58,11 +57,11 @@ def test_check_record_verdicts():
 
 def test_checker_reads_the_sparse_layout():
     data = encode_pixels(smooth_pixels(30, 40))
-    good = make_tfrecords.make_sparse_example(data, [2, 5], [1.0, 0.7], 40, 30, 'a')
+    good = records.make_sparse_example(data, [2, 5], [1.0, 0.7], 40, 30, 'a')
     result = rc.check_record(good.SerializeToString(), CLASSES)
     assert result.ok and result.positives == 2, result
     np.testing.assert_array_equal(result.label, np.float32([0, 0, 1, 0, 0, 0.7, 0]))
-    bad = make_tfrecords.make_sparse_example(data, [CLASSES], [1.0], 40, 30, 'b')
+    bad = records.make_sparse_example(data, [CLASSES], [1.0], 40, 30, 'b')
     result = rc.check_record(bad.SerializeToString(), CLASSES)
     assert not result.ok and 'outside [0, class_num=7)' in result.reasons[0]
 

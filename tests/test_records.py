@@ -4,7 +4,6 @@ import tensorflow.compat.v1 as tf
 
 import records as records_lib
 from helpers import encode_pixels as encode, options, smooth_pixels
-from tools import make_tfrecords
 
 tf.disable_v2_behavior()
 
@@ -22,8 +21,8 @@ def test_features_mirror_train_record_features():
 
 def sparse_and_dense_records(label):
     data = encode(smooth_pixels(30, 40))
-    return (make_tfrecords.make_example(data, label, 40, 30, 'a.jpg').SerializeToString(),
-            make_tfrecords.make_example(data, label, 40, 30, 'a.jpg',
+    return (records_lib.make_example(data, label, 40, 30, 'a.jpg').SerializeToString(),
+            records_lib.make_example(data, label, 40, 30, 'a.jpg',
                                         label_layout='sparse').SerializeToString())
 
 
@@ -57,15 +56,15 @@ def test_sparse_and_dense_layouts_give_the_same_label():
 
 def test_sparse_label_errors_and_the_unlabelled_image():
     data = encode(smooth_pixels(30, 40))
-    unlabelled = make_tfrecords.make_sparse_example(data, [], [], 40, 30, 'u').SerializeToString()
-    out_of_range = make_tfrecords.make_sparse_example(data, [CLASSES], [1.0], 40, 30, 'x')
+    unlabelled = records_lib.make_sparse_example(data, [], [], 40, 30, 'u').SerializeToString()
+    out_of_range = records_lib.make_sparse_example(data, [CLASSES], [1.0], 40, 30, 'x')
     no_label = tf.train.Example.FromString(unlabelled)
     del no_label.features.feature['label/index']
     del no_label.features.feature['label/value']
-    short = make_tfrecords.make_example(data, np.ones(CLASSES - 1), 40, 30, 's')
+    short = records_lib.make_example(data, np.ones(CLASSES - 1), 40, 30, 's')
     both = tf.train.Example.FromString(
-        make_tfrecords.make_example(data, np.eye(CLASSES)[1], 40, 30, 'b').SerializeToString())
-    both.MergeFrom(make_tfrecords.make_sparse_example(data, [2], [1.0], 40, 30, 'b'))
+        records_lib.make_example(data, np.eye(CLASSES)[1], 40, 30, 'b').SerializeToString())
+    both.MergeFrom(records_lib.make_sparse_example(data, [2], [1.0], 40, 30, 'b'))
     got = parse_labels([unlabelled, out_of_range.SerializeToString(),
                         no_label.SerializeToString(), short.SerializeToString(),
                         both.SerializeToString()])

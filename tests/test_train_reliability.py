@@ -13,7 +13,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-from tools import make_tfrecords
+import records
 from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def write_shards(data_dir, images, labels=None, shards=2):
     for i, data in enumerate(images):
         label = np.zeros(CLASSES, np.float32) if labels is None else labels[i]
         label[0] = 1.0 if labels is None else label[0]
-        example = make_tfrecords.make_example(data, label, 10, 10, 'im%d' % i)
+        example = records.make_example(data, label, 10, 10, 'im%d' % i)
         writers[i % shards].write(example.SerializeToString())
     for w in writers:
         w.close()

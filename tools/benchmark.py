@@ -47,10 +47,10 @@ if __name__ == '__main__':
 import numpy as np  # noqa: E402
 
 import startup  # noqa: E402
-from tools import bookkeeping, photos  # noqa: E402
+from tools import bookkeeping, common, photos  # noqa: E402
 
 from tools.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,  # noqa: E402
-                             _tf, build_pipeline, cpu_description, make_shards,
+                             build_pipeline, cpu_description, make_shards,
                              ratio_column, run_turns)
 
 # ------------------------------------------------------------------------------ steps
@@ -71,7 +71,7 @@ def build_step(name, files, args, literal_model=False, xla=None):
     literal_model: the convolutions' input gradients as TensorFlow computes them (the
     original's graph) instead of resnet.py's CPU fast path.
     """
-    tf = _tf()
+    tf = common.tensorflow()
     import input_pipeline
     import model_fn
     import resnet
@@ -179,7 +179,7 @@ def main(argv=None):
         # Only read when a session asks for global JIT (--xla); harmless otherwise.
         os.environ['TF_XLA_FLAGS'] = (flags + ' --tf_xla_cpu_global_jit').strip()
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-    tf = _tf()
+    tf = common.tensorflow()
     tf.logging.set_verbosity(tf.logging.ERROR)
     if args.photos or args.coverage:
         return photos.main(args)

@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from tools import shard_checks, shard_plan, shards
+from tools import common, shard_checks, shard_plan, shards
 from tools.image_lists import scan_list
 
 
@@ -233,7 +233,7 @@ def archive_cost(work, args):
             f.write('%s\t%s\n' % (name, '\t'.join('%d:1' % c for c in
                                                   rng.choice(11166, 8, replace=False))))
     out = ['make_tfrecords --image_tars, %d 500x375 JPEGs, one worker:' % len(names)]
-    make_tfrecords.make_example(b'', [0.0], 1, 1, '')  # TensorFlow imported beforehand
+    common.checkout_module('records')  # TensorFlow imported beforehand
     for short_side in (0, 320):
         for layout in ('dense', 'sparse'):
             target = os.path.join(work, 'cost-%d-%s' % (short_side, layout))

@@ -11,12 +11,14 @@ run_workers: one process and one pipe per worker (check_tfrecords): a worker tha
 """
 import argparse
 import collections
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import queue as queue_module
 import signal
 import tempfile
+import warnings
 
 from tools import progress as _progress
 
@@ -50,6 +52,34 @@ def int_at_least(minimum, bound):
 
 positive_int = int_at_least(1, '> 0')
 non_negative_int = int_at_least(0, '>= 0')
+
+
+_tensorflow = None
+
+
+def tensorflow():
+    """tensorflow.compat.v1 in graph mode, imported on first use and quietly (no C++
+    start-up lines, no deprecation note): how the tools load TensorFlow, so that --help and
+    usage errors answer at once and a parent that only hands out work (check_tfrecords')
+    never loads it."""
+    global _tensorflow
+    if _tensorflow is None:
+        quiet_tensorflow()
+        warnings.filterwarnings('ignore', message='.*is deprecated', category=UserWarning)
+        import tensorflow.compat.v1 as tf
+        verbosity = tf.logging.get_verbosity()
+        tf.logging.set_verbosity(tf.logging.ERROR)
+        tf.disable_v2_behavior()
+        tf.logging.set_verbosity(verbosity)
+        _tensorflow = tf
+    return _tensorflow
+
+
+def checkout_module(name):
+    """A module of the checkout that imports TensorFlow (records, serving, ...), imported
+    on first use, after tensorflow()."""
+    tensorflow()
+    return importlib.import_module(name)
 
 
 def quiet_tensorflow():

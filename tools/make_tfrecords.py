@@ -84,24 +84,6 @@ class AllImagesSkippedError(MakeRecordsError):
 
 
 
-def make_example(jpeg_bytes, label, width, height, name, label_layout='dense'):
-    """records.make_example: the tf.train.Example of one image."""
-    import records  # imports TensorFlow: on first use
-    return records.make_example(jpeg_bytes, label, width, height, name, label_layout)
-
-
-def make_sparse_example(jpeg_bytes, index, value, width, height, name):
-    """records.make_sparse_example: the label as label/index + label/value."""
-    import records
-    return records.make_sparse_example(jpeg_bytes, index, value, width, height, name)
-
-
-def make_class_index_example(jpeg_bytes, index, width, height, name):
-    """records.make_class_index_example: `label` one int64 class index."""
-    import records
-    return records.make_class_index_example(jpeg_bytes, index, width, height, name)
-
-
 def _write_shard(task, on_progress=None):
     """Write one shard of the plan (shard_plan.py; shards.ShardWriter); returns a result
     dict. Archived images are read first, each archive opened once (archives.py), and
@@ -171,13 +153,13 @@ def _labelled_example(task, data, labels, width, height, image):
     if task.get('hierarchy') is not None:
         classes, values, added = hierarchy_lib.close_sparse(classes, values,
                                                             task['hierarchy'])
+    records = common.checkout_module('records')
     if task.get('single_label'):
-        return make_class_index_example(data, classes[0], width, height, image), 0
+        return records.make_class_index_example(data, classes[0], width, height, image), 0
     if task.get('label_layout') == 'sparse':
-        return make_sparse_example(data, classes, values, width, height, image), added
-    import records
-    return make_example(data, records.dense_label(classes, values, task['class_num']), width,
-                        height, image), added
+        return records.make_sparse_example(data, classes, values, width, height, image), added
+    label = records.dense_label(classes, values, task['class_num'])
+    return records.make_example(data, label, width, height, image), added
 
 
 class _Progress(_progress.ProgressLine):

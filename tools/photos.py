@@ -37,6 +37,8 @@ import sys
 
 import numpy as np
 
+from tools import common
+
 PHOTO_SIZES = ((1024, 768), (1600, 1067), (2560, 1920), (3648, 2736))
 SHORT_SIDES = (224, 256, 288, 320, 384, 448, 512, 640)
 ASPECTS = (('4:3', 4.0 / 3.0), ('3:2', 1.5), ('16:9', 16.0 / 9.0), ('1:1', 1.0))
@@ -84,9 +86,8 @@ def train_windows(height, width, samples, object_cover=0.7, area_cover=0.7, seed
     """int [samples, 2]: (h, w) of training crop windows of an H x W image, drawn by
     image_preprocess.crop_window (the real sample_distorted_bounding_box) with op seed
     `seed`, so a report is the same on every run and machine."""
-    from tools.pipelines import _tf
     import image_preprocess
-    tf = _tf()
+    tf = common.tensorflow()
     with tf.Graph().as_default():
         shape = tf.constant([height, width, 3], tf.int32)
         sizes = tf.map_fn(
@@ -98,9 +99,8 @@ def train_windows(height, width, samples, object_cover=0.7, area_cover=0.7, seed
 
 def eval_window(height, width):
     """(h, w) of the evaluation crop, image_preprocess.central_window run on the shape."""
-    from tools.pipelines import _tf
     import image_preprocess
-    tf = _tf()
+    tf = common.tensorflow()
     with tf.Graph().as_default():
         _, size = image_preprocess.central_window(tf.constant([height, width, 3]))
         with tf.Session() as session:
@@ -268,7 +268,7 @@ def main(args):
     n = args.short_side
     sets = [('photos', photos), ('photos@%d' % n, converted(photos, n)),
             ('imagenet', small), ('imagenet@%d' % n, converted(small, n))]
-    count = lambda d: sum(1 for p in shard_files(d) for _ in pipelines._tf().io.
+    count = lambda d: sum(1 for p in shard_files(d) for _ in common.tensorflow().io.
                           tf_record_iterator(p))
     sizes = {name: (directory_bytes(d), count(d)) for name, d in sets}
     same = all(open(a, 'rb').read() == open(b, 'rb').read() for a, b in zip(

@@ -12,21 +12,11 @@ import time
 
 import numpy as np
 
+from tools import common
+
 PROG = 'benchmark.py'
 PIPELINES = ('input_fn(cpu)', 'input_fn(device)', 'spec_literal', 'floor')
 SHARD_DIR_PREFIX = os.path.join(tempfile.gettempdir(), 'ml_images_benchmark_shards')
-
-_tf_module = None
-
-
-def _tf():
-    global _tf_module
-    if _tf_module is None:
-        import tensorflow.compat.v1 as tf
-        tf.disable_v2_behavior()
-        _tf_module = tf
-    return _tf_module
-
 
 # ------------------------------------------------------------------------------ shards
 
@@ -117,7 +107,7 @@ def make_shards(shard_dir, num_images=384, num_shards=4, class_num=11166, qualit
 
 def floor_dataset(files, batch_size, image_size):
     """parse + decode_jpeg + resize, nothing else: the speed limit of full decoding."""
-    tf = _tf()
+    tf = common.tensorflow()
     import records
 
     def decode(value):
@@ -134,7 +124,7 @@ def floor_dataset(files, batch_size, image_size):
 def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffer):
     """The original's input_fn and image_preprocessing.py to the letter (docs/original.md,
     Input pipeline and Augmentation)."""
-    tf = _tf()
+    tf = common.tensorflow()
     import records
 
     def parse(value):
@@ -155,7 +145,7 @@ def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffe
 
 
 def pipeline_dataset(name, files, args):
-    _tf()  # graph mode before input_pipeline builds anything
+    common.tensorflow()  # graph mode before input_pipeline builds anything
     import input_pipeline
     if name == 'floor':
         return floor_dataset(files, args.batch_size, args.image_size)
@@ -181,7 +171,7 @@ class Measured(object):
         self.rates, self.cores, self.cpu_ms = [], [], []
 
     def turn(self, warmup_runs, seconds, min_runs):
-        tf = _tf()
+        tf = common.tensorflow()
         with tf.Session(graph=self.graph, config=self.config) as session:
             session.run(self.init)
             for _ in range(warmup_runs):
@@ -199,7 +189,7 @@ class Measured(object):
 
 
 def build_pipeline(name, files, args):
-    tf = _tf()
+    tf = common.tensorflow()
     graph = tf.Graph()
     with graph.as_default():
         iterator = tf.data.make_initializable_iterator(pipeline_dataset(name, files, args))
@@ -227,7 +217,6 @@ def ratio_column(measured, reference):
 
 
 def cpu_description():
-    from tools import common
     name = ''
     try:
         with open('/proc/cpuinfo') as f:
@@ -248,7 +237,7 @@ def cpu_description():
 def contrib_rotate_images(images, angles):
     """image_preprocess.rotate_images as tf.contrib.image.rotate computed it, with the
     projective-transform kernel: the original's literal graph (spec_literal, the tests)."""
-    tf = _tf()
+    tf = common.tensorflow()
     import image_preprocess
     shape = tf.shape(images)
     return tf.raw_ops.ImageProjectiveTransformV3(
@@ -263,7 +252,7 @@ def distort_image(image, height, width, object_cover, area_cover,
     """The original's training distortion in its float-first order: a float [H, W, 3]
     image in [0, 1] cropped (image_preprocess.crop_window), resized, then
     image_preprocess.augment_image (before the [-1, 1] map)."""
-    tf = _tf()
+    tf = common.tensorflow()
     import image_preprocess
     with tf.name_scope('distort_image'):
         begin, size = image_preprocess.crop_window(tf.shape(image), object_cover, area_cover)

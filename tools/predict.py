@@ -205,24 +205,6 @@ def check_model_arguments(parser, args):
                      'SavedModel has them built in')
 
 
-def import_serving():
-    """serving.py and the errors it raises (imports TensorFlow, quietly)."""
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-    import warnings
-    warnings.filterwarnings('ignore', message='.*is deprecated', category=UserWarning)
-    import tensorflow.compat.v1 as tf
-    tf.get_logger().setLevel('ERROR')
-    import file_db
-    import serving
-    return serving, (serving.UsageError, file_db.DataError)
-
-
-def import_inference_io():
-    """inference_io.py (image lists and class dictionaries), after import_serving."""
-    import inference_io
-    return inference_io
-
-
 def choose_settings(args, names):
     """({setting: value}, log lines) of --checkpoint's network (inference_settings.choose:
     given, else the flags.txt beside the checkpoint, else SETTINGS); ({}, []) for a
@@ -269,11 +251,13 @@ def with_predictor(args, work, error, top_k=5, list_separator=None, settings=tup
     --list as the original programs did (inference_io.original_list_entries)."""
     # One GPU, chosen before TensorFlow starts, as train.py chooses them.
     devices.choose(args.visiable_gpu, 1)
-    serving, bad_input = import_serving()
+    serving = common.checkout_module('serving')
+    common.tensorflow().get_logger().setLevel('ERROR')
+    bad_input = (serving.UsageError, common.checkout_module('file_db').DataError)
     predictor = None
     try:
         chosen, lines = choose_settings(args, settings)
-        inference_io = import_inference_io()
+        inference_io = common.checkout_module('inference_io')
         if list_separator is not None and args.list and not os.path.isdir(args.list):
             images = inference_io.collect_images(args.images) if args.images else []
             images += inference_io.original_list_entries(args.list, list_separator,
@@ -328,7 +312,7 @@ def main(argv=None):
                 '--label_type=single (softmax scores)' % args.checkpoint)
         threshold = None if single or args.format == 'original' else (
             0.5 if args.threshold is None else args.threshold)
-        inference_io = import_inference_io()
+        inference_io = common.checkout_module('inference_io')
         load = (inference_io.load_original_class_names if args.format == 'original'
                 else inference_io.load_class_names)
         names = load(args.class_dict, predictor.class_num) if args.class_dict else None

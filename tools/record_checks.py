@@ -20,6 +20,9 @@ import collections
 
 import numpy as np
 
+from errors import op_error_text
+from tools import common
+
 MAX_LISTED_VALUES = 5       # offending label entries quoted in one reason
 
 # Reason prefixes, stable for scripts that grep the report.
@@ -50,47 +53,13 @@ valid (right length, finite, in [-1, 1]), else None. name: the `name` feature as
 """
 
 
-_tf_module = None
-
-
-def tf_graph_mode():
-    """tensorflow.compat.v1 in graph mode, imported on first use.
-
-    The command line then answers usage errors and --help at once, and the parent of
-    check_tfrecords' worker processes, which only hands out files, never loads TensorFlow.
-    """
-    global _tf_module
-    if _tf_module is None:
-        import tensorflow.compat.v1 as tf
-        # disable_v2_behavior logs a deprecation note, once in every (worker) process.
-        verbosity = tf.logging.get_verbosity()
-        tf.logging.set_verbosity(tf.logging.ERROR)
-        tf.disable_v2_behavior()
-        tf.logging.set_verbosity(verbosity)
-        _tf_module = tf
-    return _tf_module
-
-
 # --------------------------------------------------------------------------- decoder
-
-def op_error_text(exc):
-    """The useful part of a graph-mode OpError message (train.py's wording)."""
-    import errors
-    return errors.op_error_text(exc)
-
-
-def _records():
-    """records.py, the record format (imports TensorFlow: on first use)."""
-    tf_graph_mode()
-    import records
-    return records
-
 
 class _TFDecoder(object):
     """bytes -> uint8 [H, W, 3] through TensorFlow's decode_image in a private graph."""
 
     def __init__(self):
-        tf = tf_graph_mode()
+        tf = common.tensorflow()
         self._graph = tf.Graph()
         with self._graph.as_default():
             self._encoded = tf.placeholder(tf.string, [], name='encoded')
@@ -186,7 +155,7 @@ def _sparse_label_bytes(sparse, class_num, reasons):
         reasons.append('%s: label/index %d outside [0, class_num=%d)'
                        % (LABEL_LENGTH, outside[0], class_num))
         return None
-    return _records().dense_label(index, value, class_num).tobytes()
+    return common.checkout_module('records').dense_label(index, value, class_num).tobytes()
 
 
 def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type='multi'):
@@ -205,8 +174,8 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type
     Returns a CheckResult(ok, reasons, warnings, label, name, positives); see its
     docstring.
     """
-    tf = tf_graph_mode()
-    records = _records()
+    tf = common.tensorflow()
+    records = common.checkout_module('records')
     reasons, warnings = [], []
     example = tf.train.Example()
     try:

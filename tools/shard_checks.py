@@ -24,9 +24,10 @@ import numpy as np
 
 import hierarchy as hierarchy_lib
 from tools import progress as _progress
+from errors import op_error_text
+from tools import common
 from tools.record_checks import (CHECKER_CRASH, CORRUPT_FILE, EMPTY_SHARD,
-                                 UNREADABLE_FILE, check_record, op_error_text,
-                                 process_decoder, tf_graph_mode)
+                                 UNREADABLE_FILE, check_record, process_decoder)
 
 MAX_STORED_WARNINGS = 1000  # per file; counts stay exact (see check_file)
 
@@ -69,7 +70,7 @@ class _FileStats(object):
 def _read_records(path):
     # tf_record_iterator is deprecated for eager code; in graph mode it is the plain
     # reader. Its deprecation note would be logged once per process.
-    tf = tf_graph_mode()
+    tf = common.tensorflow()
     verbosity = tf.logging.get_verbosity()
     tf.logging.set_verbosity(tf.logging.ERROR)
     try:
@@ -105,7 +106,7 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
     A corrupt file has one bad entry with index = the first unreadable record and
     last_good_index = the record before it (-1: none).
     """
-    tf = tf_graph_mode()
+    tf = common.tensorflow()
     start = time.monotonic()
     path = os.fspath(path)
     stats = _FileStats(class_num, mask_thres, hierarchy)
