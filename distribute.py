@@ -302,6 +302,35 @@ def from_first_replica(value):
     return _all_reduce(context, tf.distribute.ReduceOp.SUM, value * first)
 
 
+def own_update_ops(start):
+    """The UPDATE_OPS (batch-norm moving averages) added since the collection held `start`
+    entries: with the model built in between, this replica's own. Under a strategy the
+    collection is the graph's, so it also holds every replica's updates built before this
+    one; a train op that waited on all of them would make each replica's gradient ops
+    depend on every other replica's updates (graph size quadratic in the replicas). A
+    replica's model is built without a merge_call, so no other replica adds entries
+    meanwhile."""
+    return tf.get_collection(tf.GraphKeys.UPDATE_OPS)[start:]
+
+
+def after(check, gradients):
+    """(gradient, variable) pairs whose gradients are computed only once `check` has run.
+    Gating the gradients, not the apply: under a strategy the apply runs in a merge_call,
+    which takes the control dependencies of every replica, so each replica's variable
+    update would wait on every replica's check (R x R control inputs); through the
+    all-reduce the apply still waits on them all."""
+    gated = []
+    with tf.control_dependencies([check]):
+        for gradient, variable in gradients:
+            if isinstance(gradient, tf.IndexedSlices):
+                gradient = tf.IndexedSlices(tf.identity(gradient.values), gradient.indices,
+                                            gradient.dense_shape)
+            elif gradient is not None:
+                gradient = tf.identity(gradient)
+            gated.append((gradient, variable))
+    return gated
+
+
 def synchronized_variable_args():
     """get_variable arguments for state every replica updates identically: one copy per
     device, written from the first replica, checkpointed once."""
