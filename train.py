@@ -313,6 +313,8 @@ def run():
     tf.logging.set_verbosity(tf.logging.INFO)
     # absl's handler prints every line once; TensorFlow's own would print it a second time.
     tf.get_logger().handlers.clear()
+    # Before app.run: its after-init callbacks start CUDA (devices.choose_at_start).
+    devices.choose_at_start(FLAGS.visiable_gpu, FLAGS.num_gpus, FLAGS.tf_gpu_thread_mode)
     app.run(main)
 
 
