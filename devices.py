@@ -131,3 +131,11 @@ def session_config(inter_op_threads=0, intra_op_threads=0, xla=False, device_fil
         config.graph_options.optimizer_options.global_jit_level = tf.OptimizerOptions.ON_1
     return config
 
+
+def describe_decode_threads(num_preprocess_threads, cores=None):
+    """--num_preprocess_threads for the log: N pinned, or 0 = tf.data's AUTOTUNE, which
+    sizes the parallel decodes to the host (at most its cores)."""
+    if num_preprocess_threads > 0:
+        return '%d parallel decodes (--num_preprocess_threads)' % num_preprocess_threads
+    return ('parallel decodes AUTOTUNE (tf.data sizes them to the host, up to its %d cores; '
+            '--num_preprocess_threads=N pins them)' % (cores or usable_cores()))

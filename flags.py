@@ -83,9 +83,10 @@ _int(G, 'batch_size', 512, 'Images per training step of one replica (per GPU, as
      'original\'s launch scripts): a step with --num_gpus=N trains on N x batch_size '
      'images, a synchronous step of K workers (--distribution=collective) on '
      'K x batch_size.')
-_int(G, 'num_preprocess_threads', 4,
+_int(G, 'num_preprocess_threads', 0,
      'Records parsed and preprocessed in parallel (tf.data map parallelism); 0 = let '
-     'tf.data choose (AUTOTUNE).')
+     'tf.data size the pool to the host (AUTOTUNE, up to the cores), N pins it (the '
+     'original: 4).')
 _int(G, 'file_shuffle_buffer', 1500, 'Shuffle buffer of the shard file names (training).')
 _int(G, 'shuffle_buffer', 2048, 'Shuffle buffer of the records (training).')
 _float(G, 'object_cover', 0.7,

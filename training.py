@@ -372,9 +372,10 @@ def train(opts, settings=None):
     tf.logging.info('data_format %s, ResNet-%d, %d classes, batch %d, image %d',
                     data_format, opts.resnet_size, opts.class_num, opts.batch_size,
                     opts.image_size)
-    tf.logging.info('augmentation on %s, dtype %s, XLA %s%s',
-                    performance_args(opts)['augment_on'], opts.dtype,
-                    'on' if opts.xla else 'off',
+    tf.logging.info('augmentation on %s, %s, dtype %s, XLA %s%s',
+                    performance_args(opts)['augment_on'],
+                    devices.describe_decode_threads(opts.num_preprocess_threads),
+                    opts.dtype, 'on' if opts.xla else 'off',
                     ', synthetic data (no file is read)' if opts.use_synthetic_data else '')
     if opts.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
