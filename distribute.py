@@ -176,6 +176,16 @@ class Plan(object):
         return self.task is None or self.task.trains
 
     @property
+    def head_shards(self):
+        """Slices of the classifier head (resnet.class_partitioner): one per ps task in ps
+        mode, where each variable sits whole on one task (round robin), so the head and
+        its slot would load one task with most of the model's bytes; else 1 (the
+        evaluator too: not a cluster member, it restores the slices whole)."""
+        if self.distribution != 'ps' or not self.trains:
+            return 1
+        return max(1, len(self.task.cluster.get('ps', [])))
+
+    @property
     def evaluates(self):
         """An evaluator task: evaluates the chief's checkpoints as they appear."""
         return self.task is not None and self.task.type == EVALUATOR

@@ -103,7 +103,7 @@ def resnet_model_fn(features, labels, mode, params):
     model = resnet.ResNet(params['resnet_size'], params['class_num'], params['data_format'],
                           params['batch_norm_decay'], params['batch_norm_epsilon'],
                           params.get('frozen_stages', 0),
-                          params.get('frozen_bn', 'train'))
+                          params.get('frozen_bn', 'train'), params.get('head_shards', 1))
     dtype = params.get('dtype', 'fp32')
     updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
     with precision.model_scope(dtype):

@@ -181,6 +181,7 @@ def make_estimator(opts, data_format, warm_start=None, plan=None):
         params['images_per_global_step'] = plan.images_per_global_step
         params['worker_name'] = plan.task.name if plan.task else 'worker'
         params['job'] = plan.task is not None
+        params['head_shards'] = plan.head_shards  # the head's slices (ps mode: a ps task each)
     if warm_start:
         params['pretrain_ckpt'], params['warm_start'] = warm_start
     return tf.estimator.Estimator(model_fn=model_fn.resnet_model_fn,
