@@ -139,6 +139,12 @@ _string(G, 'distribution', 'auto',
         'auto: ps when TF_CONFIG has ps tasks, collective when it has none, none without '
         'TF_CONFIG. The data is split among the chief (worker 0) and the workers; '
         'tools/launch_local_cluster.py starts a cluster on one machine.')
+_string(G, 'all_reduce_alg', 'auto',
+        'Gradient all-reduce (TF official\'s flag). --num_gpus > 1 (MirroredStrategy): auto '
+        '(TensorFlow\'s choice: NCCL between GPUs), nccl, hierarchical_copy, one_device. '
+        'collective: auto (NCCL between GPU workers, RING between CPU ones), nccl, ring. '
+        'Gradients go in 32 MB packs; loss counters and the reported loss always by RING '
+        'on the host (docs/gpu.md).')
 _string(G, 'optimizer', 'mom', 'mom: momentum SGD (MomentumOptimizer with --opt_momentum). '
         'sgd: plain gradient descent (GradientDescentOptimizer), as the original '
         'fine-tuning script accepted.')

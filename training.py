@@ -118,6 +118,7 @@ def cluster_plan(opts):
         # The process sees the GPUs devices.choose left visible (--visiable_gpu).
         plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num,
                                opts.worker_id, opts.batch_size, gpu_count())
+        distribute.check_all_reduce_alg(opts.all_reduce_alg, plan.distribution)
     except distribute.ConfigError as e:
         raise UsageError(str(e))
     if (plan.replicas > 1 or plan.distribution != 'none') and \
@@ -173,7 +174,8 @@ def make_estimator(opts, data_format, warm_start=None, plan=None):
         log_step_count_steps=opts.log_interval,
         session_config=session_config(opts, filters),
         train_distribute=distribute.train_distribute(
-            plan.distribution, opts.num_gpus, gpu_count=gpu_count())
+            plan.distribution, opts.num_gpus, gpu_count=gpu_count(),
+            all_reduce_alg=opts.all_reduce_alg)
         if cluster_member else None)
     params = model_params(opts, data_format)
     if plan is not None:
