@@ -34,14 +34,18 @@ def gpu_count():
     return len(tf.config.list_physical_devices('GPU'))
 
 
-def resolve_data_format(data_format, has_gpu):
-    """'auto' -> NCHW with a GPU, NHWC without; NCHW without a GPU is an error."""
+def resolve_data_format(data_format, has_gpu, cpu_fallback=False):
+    """'auto' -> NCHW with a GPU, NHWC without; NCHW without a GPU is an error, or with
+    cpu_fallback NHWC (a cluster's ps tasks and evaluator, which share the workers' flags:
+    the variables and results do not depend on the layout)."""
     if data_format.lower() == 'auto':
         return 'channels_first' if has_gpu else 'channels_last'
     try:
         resolved = resnet.normalize_data_format(data_format)
     except ValueError as e:
         raise UsageError('--data_format: %s' % e)
+    if resolved == 'channels_first' and not has_gpu and cpu_fallback:
+        return 'channels_last'
     if resolved == 'channels_first' and not has_gpu:
         raise UsageError('--data_format=%s needs a GPU: TensorFlow\'s CPU convolutions '
                          'support only NHWC (use --data_format=NHWC or auto)' % data_format)
@@ -343,7 +347,8 @@ def train(opts, settings=None):
     train_and_eval mode); the options are validated (train.validate). settings: (header
     lines, flag lines) the chief writes to <model_dir>/flags.txt. Returns the Estimator."""
     plan = cluster_plan(opts)
-    data_format = resolve_data_format(opts.data_format, gpu_count() > 0)
+    data_format = resolve_data_format(opts.data_format, gpu_count() > 0,
+                                      cpu_fallback=not plan.trains)
     files, record_shard = ([], None) if opts.use_synthetic_data or not plan.trains else \
         training_files(opts, plan)
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
