@@ -1,7 +1,7 @@
 """The GPUs a process uses and the options every session of the process shares.
 
-GPUs are chosen once, before anything starts TensorFlow's GPU runtime, through the
-environment: --visiable_gpu=k with --num_gpus=N makes host GPUs k .. k+N-1 visible (of
+GPUs are chosen once, before anything starts TensorFlow's GPU runtime (absl's after-init
+callbacks included: choose_at_start), through the environment: --visiable_gpu=k with --num_gpus=N makes host GPUs k .. k+N-1 visible (of
 those CUDA_VISIBLE_DEVICES already lists, when it is set), renumbered GPU:0 .. GPU:N-1
 inside the process; -1 leaves every GPU visible. A session's own visible_device_list cannot
 do this: the first session or strategy of a process starts the runtime with every GPU
@@ -61,10 +61,30 @@ def gpu_thread_plan(mode, num_gpus, cores, per_gpu=PER_GPU_THREADS):
     return environ, inter_op, private
 
 
+# The choice made for this process's own environment: (arguments, result).
+_chosen = None
+
+
 def choose(visiable_gpu, num_gpus, tf_gpu_thread_mode='off', environ=None, cores=None):
     """Sets this process's GPU environment; call before TensorFlow starts its runtime
     (before the first session, strategy or device query). Returns (the settings made, as
-    name -> value for the log, inter_op threads, input private threads)."""
+    name -> value for the log, inter_op threads, input private threads).
+
+    For the process's own environment (environ None) the choice is made once: a second call
+    with the same arguments returns the first one's result (CUDA_VISIBLE_DEVICES already
+    lists only the chosen GPUs, and counting in it again would pick others), one with
+    other arguments raises ValueError."""
+    global _chosen
+    key = (visiable_gpu, num_gpus, tf_gpu_thread_mode, cores)
+    if environ is None and _chosen is not None:
+        if _chosen[0] != key:
+            raise ValueError('devices.choose: this process already chose its GPUs for %r, '
+                             'not %r' % (_chosen[0], key))
+        return _chosen[1]
+    if tf_gpu_thread_mode not in GPU_THREAD_MODES:
+        raise ValueError('tf_gpu_thread_mode must be one of %s, got %r'
+                         % (', '.join(GPU_THREAD_MODES), tf_gpu_thread_mode))
+    own = environ is None
     environ = os.environ if environ is None else environ
     made = {}
     gpus = visible_gpus(visiable_gpu, num_gpus, environ)
@@ -75,7 +95,19 @@ def choose(visiable_gpu, num_gpus, tf_gpu_thread_mode='off', environ=None, cores
         tf_gpu_thread_mode, num_gpus, cores or usable_cores())
     made.update(thread_env)
     environ.update(made)
+    if own:
+        _chosen = (key, (made, inter_op, private))
     return made, inter_op, private
+
+
+def choose_at_start(visiable_gpu, num_gpus, tf_gpu_thread_mode):
+    """choose() for an entry point right after its flags are parsed, before absl's app.run:
+    app.run calls the after-init callbacks that modules register on import, and plain
+    `import tensorflow` registers one that lists the physical GPUs -- which starts the CUDA
+    runtime with every GPU CUDA_VISIBLE_DEVICES then allows. A bad thread mode is left for
+    the entry point's own flag check to report."""
+    if tf_gpu_thread_mode in GPU_THREAD_MODES:
+        choose(visiable_gpu, num_gpus, tf_gpu_thread_mode)
 
 
 def usable_cores():
@@ -104,3 +136,12 @@ def session_config(inter_op_threads=0, intra_op_threads=0, xla=False, device_fil
     if xla:
         config.graph_options.optimizer_options.global_jit_level = tf.OptimizerOptions.ON_1
     return config
+
+
+def describe_decode_threads(num_preprocess_threads, cores=None):
+    """--num_preprocess_threads for the log: N pinned, or 0 = tf.data's AUTOTUNE, which
+    sizes the parallel decodes to the host (at most its cores)."""
+    if num_preprocess_threads > 0:
+        return '%d parallel decodes (--num_preprocess_threads)' % num_preprocess_threads
+    return ('parallel decodes AUTOTUNE (tf.data sizes them to the host, up to its %d cores; '
+            '--num_preprocess_threads=N pins them)' % (cores or usable_cores()))

@@ -176,6 +176,16 @@ class Plan(object):
         return self.task is None or self.task.trains
 
     @property
+    def head_shards(self):
+        """Slices of the classifier head (resnet.class_partitioner): one per ps task in ps
+        mode, where each variable sits whole on one task (round robin), so the head and
+        its slot would load one task with most of the model's bytes; else 1 (the
+        evaluator too: not a cluster member, it restores the slices whole)."""
+        if self.distribution != 'ps' or not self.trains:
+            return 1
+        return max(1, len(self.task.cluster.get('ps', [])))
+
+    @property
     def evaluates(self):
         """An evaluator task: evaluates the chief's checkpoints as they appear."""
         return self.task is not None and self.task.type == EVALUATOR
@@ -244,18 +254,72 @@ def collective_resolver(local_gpus):
         rpc_layer=base.rpc_layer or 'grpc')
 
 
-def train_distribute(distribution, num_gpus, devices=None, gpu_count=0):
+# --all_reduce_alg (TF official's flag): the gradient all-reduce of each strategy.
+MIRRORED_ALGS = ('auto', 'nccl', 'hierarchical_copy', 'one_device')
+COLLECTIVE_ALGS = ('auto', 'nccl', 'ring')
+# Gradients go in packs of about this many bytes: the first pack's all-reduce starts while
+# the backward pass still computes the rest (TF packs the gradients last-computed first).
+BYTES_PER_PACK = 32 * 1024 * 1024
+
+
+def check_all_reduce_alg(alg, distribution):
+    """--all_reduce_alg against the run's strategy; raises ConfigError."""
+    allowed = COLLECTIVE_ALGS if distribution == 'collective' else MIRRORED_ALGS
+    if alg not in allowed:
+        raise ConfigError('--all_reduce_alg=%s does not go with %s; use one of %s' % (
+            alg, '--distribution=collective' if distribution == 'collective'
+            else 'MirroredStrategy (--num_gpus)', ', '.join(allowed)))
+
+
+def cross_device_ops(alg):
+    """MirroredStrategy's cross_device_ops for --all_reduce_alg (None: TensorFlow's choice,
+    NCCL between the GPUs of one machine where it can). One process launches every NCCL
+    call itself, so their order is the same on every GPU."""
+    ops = tf.distribute
+    return {'auto': None, 'nccl': ops.NcclAllReduce(num_packs=1),
+            'hierarchical_copy': ops.HierarchicalCopyAllReduce(num_packs=1),
+            'one_device': ops.ReductionToOneDevice()}[alg]
+
+
+def communication_options(alg, gpu_count):
+    """MultiWorkerMirroredStrategy's options: auto = NCCL between GPU workers, RING (over
+    gRPC) between CPU ones; the gradients in BYTES_PER_PACK packs. NCCL is safe in TF1
+    graph mode only for the gradients: TensorFlow chains their packs by control edges (the
+    same order on every host) and sends every single-tensor all-reduce by RING; the small
+    per-step reductions ask for RING themselves (HOST_REDUCTION)."""
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    chosen = {'nccl': implementation.NCCL, 'ring': implementation.RING,
+              'auto': implementation.NCCL if gpu_count else implementation.RING}[alg]
+    return tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=BYTES_PER_PACK, implementation=chosen)
+
+
+def multi_worker_strategy(resolver, options):
+    """TF1's MultiWorkerMirroredStrategy with whole CommunicationOptions: its constructor
+    takes only the implementation (no bytes_per_pack), the strategy's extended object
+    (TensorFlow 2.15's CollectiveAllReduceExtended) all of them."""
+    from tensorflow.python.distribute import collective_all_reduce_strategy as collective
+    strategy_class = tf.distribute.experimental.MultiWorkerMirroredStrategy
+    strategy = strategy_class.__new__(strategy_class)
+    tf.distribute.Strategy.__init__(strategy, collective.CollectiveAllReduceExtended(
+        strategy, cluster_resolver=resolver, communication_options=options))
+    return strategy
+
+
+def train_distribute(distribution, num_gpus, devices=None, gpu_count=0, all_reduce_alg='auto'):
     """The tf.distribute strategy for RunConfig(train_distribute=...), None for none / ps.
 
     devices: MirroredStrategy's devices (default mirrored_devices(num_gpus)).
     gpu_count: the GPUs this process sees; a collective worker replicates over num_gpus of
-    them, or over its CPU when it sees none.
+    them, or over its CPU when it sees none. all_reduce_alg: check_all_reduce_alg's.
     """
+    check_all_reduce_alg(all_reduce_alg, distribution)
     if distribution == 'collective':
-        return tf.distribute.experimental.MultiWorkerMirroredStrategy(
-            cluster_resolver=collective_resolver(num_gpus if gpu_count else 0))
+        return multi_worker_strategy(collective_resolver(num_gpus if gpu_count else 0),
+                                     communication_options(all_reduce_alg, gpu_count))
     if num_gpus > 1 or devices:
-        return tf.distribute.MirroredStrategy(devices=devices or mirrored_devices(num_gpus))
+        return tf.distribute.MirroredStrategy(devices=devices or mirrored_devices(num_gpus),
+                                              cross_device_ops=cross_device_ops(all_reduce_alg))
     return None
 
 
@@ -266,11 +330,20 @@ def _replica_context():
     return context
 
 
+# The small per-step reductions (loss counters, the reported loss): RING, never NCCL,
+# whatever the gradients use -- hosts need not launch them in the same order.
+HOST_REDUCTION = tf.distribute.experimental.CommunicationOptions(
+    implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+
+
 def _all_reduce(context, reduce_op, value):
     """ReplicaContext.all_reduce without its gradient wrapper (which fails in graph mode
-    on values that depend on mirrored variables); the values reduced here need none."""
+    on values that depend on mirrored variables); the values reduced here need none. The
+    result goes to the host (MirroredStrategy reduces there, off NCCL), by RING between
+    workers (HOST_REDUCTION)."""
     def merge(strategy, per_replica):
-        return strategy.reduce(reduce_op, per_replica, axis=None)
+        return strategy.extended.reduce_to(reduce_op, per_replica, '/device:CPU:0',
+                                           options=HOST_REDUCTION)
     return tf.identity(context.merge_call(merge, args=(tf.stop_gradient(value),)))
 
 
@@ -300,6 +373,35 @@ def from_first_replica(value):
         return value
     first = tf.cast(tf.equal(context.replica_id_in_sync_group, 0), value.dtype)
     return _all_reduce(context, tf.distribute.ReduceOp.SUM, value * first)
+
+
+def own_update_ops(start):
+    """The UPDATE_OPS (batch-norm moving averages) added since the collection held `start`
+    entries: with the model built in between, this replica's own. Under a strategy the
+    collection is the graph's, so it also holds every replica's updates built before this
+    one; a train op that waited on all of them would make each replica's gradient ops
+    depend on every other replica's updates (graph size quadratic in the replicas). A
+    replica's model is built without a merge_call, so no other replica adds entries
+    meanwhile."""
+    return tf.get_collection(tf.GraphKeys.UPDATE_OPS)[start:]
+
+
+def after(check, gradients):
+    """(gradient, variable) pairs whose gradients are computed only once `check` has run.
+    Gating the gradients, not the apply: under a strategy the apply runs in a merge_call,
+    which takes the control dependencies of every replica, so each replica's variable
+    update would wait on every replica's check (R x R control inputs); through the
+    all-reduce the apply still waits on them all."""
+    gated = []
+    with tf.control_dependencies([check]):
+        for gradient, variable in gradients:
+            if isinstance(gradient, tf.IndexedSlices):
+                gradient = tf.IndexedSlices(tf.identity(gradient.values), gradient.indices,
+                                            gradient.dense_shape)
+            elif gradient is not None:
+                gradient = tf.identity(gradient)
+            gated.append((gradient, variable))
+    return gated
 
 
 def synchronized_variable_args():

@@ -15,6 +15,8 @@ import collections
 from absl import flags
 from absl import logging as _absl_logging  # noqa: F401 -- defines --log_dir, reused below
 
+from value_checks import at_least, fraction, one_of, owned, positive
+
 FLAGS = flags.FLAGS
 
 # group title -> flag names, in --help order
@@ -84,9 +86,10 @@ _int(G, 'batch_size', 512, 'Images per training step of one replica (per GPU, as
      'original\'s launch scripts): a step with --num_gpus=N trains on N x batch_size '
      'images, a synchronous step of K workers (--distribution=collective) on '
      'K x batch_size.')
-_int(G, 'num_preprocess_threads', 4,
+_int(G, 'num_preprocess_threads', 0,
      'Records parsed and preprocessed in parallel (tf.data map parallelism); 0 = let '
-     'tf.data choose (AUTOTUNE).')
+     'tf.data size the pool to the host (AUTOTUNE, up to the cores), N pins it (the '
+     'original: 4).')
 _int(G, 'file_shuffle_buffer', 1500, 'Shuffle buffer of the shard file names (training).')
 _int(G, 'shuffle_buffer', 2048, 'Shuffle buffer of the records (training).')
 _float(G, 'object_cover', 0.7,
@@ -139,6 +142,12 @@ _string(G, 'distribution', 'auto',
         'auto: ps when TF_CONFIG has ps tasks, collective when it has none, none without '
         'TF_CONFIG. The data is split among the chief (worker 0) and the workers; '
         'tools/launch_local_cluster.py starts a cluster on one machine.')
+_string(G, 'all_reduce_alg', 'auto',
+        'Gradient all-reduce (TF official\'s flag). --num_gpus > 1 (MirroredStrategy): auto '
+        '(TensorFlow\'s choice: NCCL between GPUs), nccl, hierarchical_copy, one_device. '
+        'collective: auto (NCCL between GPU workers, RING between CPU ones), nccl, ring. '
+        'Gradients go in 32 MB packs; loss counters and the reported loss always by RING '
+        'on the host (docs/gpu.md).')
 _string(G, 'optimizer', 'mom', 'mom: momentum SGD (MomentumOptimizer with --opt_momentum). '
         'sgd: plain gradient descent (GradientDescentOptimizer), as the original '
         'fine-tuning script accepted.')
@@ -290,44 +299,8 @@ for _alias, _target in ALIASES.items():
 
 
 # ------------------------------------------------------------------ the valid values
-# One table: flag name -> check(name, value) returning what is wrong, else None. Value lists
-# owned by the module that uses them are read from it when the checks run (after start-up,
-# so --help needs no TensorFlow); checks across flags are RULES below.
-
-def _owned(module, attr):
-    import importlib
-    return getattr(importlib.import_module(module), attr)
-
-
-def _positive(name, value):
-    return None if value > 0 else '--%s must be positive, got %d' % (name, value)
-
-
-def _at_least(low, meaning=''):
-    def check(name, value):
-        if value >= low:
-            return None
-        return '--%s must be >= %d%s, got %s' % (name, low, ' (%s)' % meaning if meaning else '',
-                                                 '%g' % value if isinstance(value, float) else value)
-    return check
-
-
-def _fraction(name, value):
-    return None if 0.0 <= value <= 1.0 else '--%s must be in [0, 1], got %g' % (name, value)
-
-
-def _one_of(module, attr, message=None):
-    """module.attr lists the valid values; message: the whole text, with %r for the value
-    (default: --NAME must be one of ...)."""
-    def check(name, value):
-        choices = _owned(module, attr)
-        if value in choices:
-            return None
-        if message:
-            return message % value
-        return '--%s must be one of %s, got %r' % (name, ', '.join(choices), value)
-    return check
-
+# One table: flag name -> check(name, value) returning what is wrong, else None (the common
+# kinds in value_checks); checks across flags are _rules below.
 
 MODES = ('train', 'eval', 'train_and_eval', 'predict', 'export')
 OPTIMIZERS = ('mom', 'sgd')
@@ -339,7 +312,7 @@ def _mode(name, value):
 
 
 def _resnet_size(name, value):
-    sizes = _owned('resnet', 'SUPPORTED_SIZES')
+    sizes = owned('resnet', 'SUPPORTED_SIZES')
     return None if value in sizes else '--resnet_size=%d is not supported; use one of %s' % (
         value, ', '.join(map(str, sizes)))
 
@@ -355,7 +328,7 @@ def _max_iter(name, value):
 
 
 def _area_cover(name, value):
-    return _fraction(name, value) or (
+    return fraction(name, value) or (
         None if value > 0 else '--area_cover must be > 0 (the crop needs some area), got %g'
         % value)
 
@@ -366,57 +339,57 @@ def _image_channels(name, value):
 
 
 def _lr_schedule(name, value):
-    schedules = _owned('lr_schedule', 'SCHEDULES')
+    schedules = owned('lr_schedule', 'SCHEDULES')
     return None if value in schedules else '--lr_schedule must be %s, got %r' % (
         ' or '.join(schedules), value)
 
 
 def _augment_on(name, value):
-    choices = ('auto',) + tuple(_owned('input_pipeline', 'AUGMENT_ON'))
+    choices = ('auto',) + tuple(owned('input_pipeline', 'AUGMENT_ON'))
     if value in choices:
         return None
     return '--augment_on must be %s or %s, got %r' % (', '.join(choices[:-1]), choices[-1], value)
 
 
 def _preprocess(name, value):
-    return None if value in _owned('serving', 'PREPROCESSING') else (
+    return None if value in owned('serving', 'PREPROCESSING') else (
         '--preprocess must be original (the original\'s inference) or eval (the evaluation '
         'crop), got %r' % value)
 
 
 CHECKS = {
     'mode': _mode,
-    'max_to_keep': _positive,
-    'batch_size': _positive,
-    'object_cover': _fraction,
+    'max_to_keep': positive,
+    'batch_size': positive,
+    'object_cover': fraction,
     'area_cover': _area_cover,
-    'class_num': _positive,
+    'class_num': positive,
     'resnet_size': _resnet_size,
-    'image_size': _positive,
+    'image_size': positive,
     'image_channels': _image_channels,
-    'neg_select': _fraction,
-    'num_gpus': _at_least(1),
+    'neg_select': fraction,
+    'num_gpus': at_least(1),
     'optimizer': _optimizer,
-    'lr_decay_step': _at_least(0, '0 = no decay'),
+    'lr_decay_step': at_least(0, '0 = no decay'),
     'max_iter': _max_iter,
-    'label_type': _one_of('records', 'LABEL_TYPES'),
+    'label_type': one_of('records', 'LABEL_TYPES'),
     'lr_schedule': _lr_schedule,
-    'bn_weight_decay': _at_least(0, '0 = no L2 on batch norm, 0.1 = finetune.py\'s'),
-    'frozen_bn': _one_of('resnet', 'FROZEN_BN_MODES', '--frozen_bn must be train or inference, '
+    'bn_weight_decay': at_least(0, '0 = no L2 on batch norm, 0.1 = finetune.py\'s'),
+    'frozen_bn': one_of('resnet', 'FROZEN_BN_MODES', '--frozen_bn must be train or inference, '
                          'got %r'),
-    'log_interval': _positive,
-    'summary_interval': _at_least(0, '0 = --log_interval'),
-    'snapshot': _positive,
+    'log_interval': positive,
+    'summary_interval': at_least(0, '0 = --log_interval'),
+    'snapshot': positive,
     'augment_on': _augment_on,
-    'private_threads': _at_least(0),
-    'dtype': _one_of('precision', 'DTYPES'),
-    'tf_gpu_thread_mode': _one_of('devices', 'GPU_THREAD_MODES'),
-    'inter_op_threads': _at_least(0, '0 = TensorFlow\'s choice'),
-    'intra_op_threads': _at_least(0, '0 = TensorFlow\'s choice'),
-    'test_iter': _at_least(0, '0 = the whole val split'),
-    'eval_throttle_secs': _at_least(0),
-    'top_k': _positive,
-    'threshold': _fraction,
+    'private_threads': at_least(0),
+    'dtype': one_of('precision', 'DTYPES'),
+    'tf_gpu_thread_mode': one_of('devices', 'GPU_THREAD_MODES'),
+    'inter_op_threads': at_least(0, '0 = TensorFlow\'s choice'),
+    'intra_op_threads': at_least(0, '0 = TensorFlow\'s choice'),
+    'test_iter': at_least(0, '0 = the whole val split'),
+    'eval_throttle_secs': at_least(0),
+    'top_k': positive,
+    'threshold': fraction,
     'preprocess': _preprocess,
 }
 

@@ -7,7 +7,8 @@ Momentum, and the summaries.
            + bn_weight_decay x weight_decay x sum l2_loss(v), 'bn' in its name
              (loss.weight_decay_loss; over every trainable variable, frozen ones included
              as the original's finetune.py: they add a constant, no gradient is applied)
-    train_op = optimizer(lr).minimize(loss, var_list)
+    train_op = group(optimizer(lr).apply_gradients(gradients of loss over var_list),
+                     this replica's batch-norm updates)
       optimizer  Momentum(opt_momentum) ('mom') or GradientDescent ('sgd')
       lr         lr_schedule.learning_rate(global_step, schedule='piecewise'|'exponential')
       var_list   every trainable variable, or under FixBlock2 (frozen_stages 2) those whose
@@ -48,7 +49,8 @@ Run = collections.namedtuple('Run', [
     'legacy_counters',         # model_dir holds the original program's counter names
     'leaf_mask',               # --hierarchy: class_num bools, true for a leaf; or None
     'warm_start',              # (checkpoint, variable names) to fine-tune from, or None
-], defaults=(None, None, None, 'worker', False, False, None, None))
+    'head_shards',             # slices of the classifier head (ps mode: one a ps task)
+], defaults=(None, None, None, 'worker', False, False, None, None, 1))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -110,9 +112,11 @@ def resnet_model_fn(features, labels, mode, opts, run):
     tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
     model = resnet.ResNet(opts.resnet_size, opts.class_num, run.data_format,
                           opts.batch_norm_decay, opts.batch_norm_epsilon,
-                          2 if opts.FixBlock2 else 0, opts.frozen_bn)
+                          2 if opts.FixBlock2 else 0, opts.frozen_bn, run.head_shards)
+    updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
     with precision.model_scope(opts.dtype):
         logits = precision.float32(model(precision.model_input(features, opts.dtype), training))
+    own_updates = distribute.own_update_ops(updates_before)
     model.features = precision.float32(model.features)
     if training and run.warm_start:
         # Changes only the initializers: a checkpoint in model_dir still wins on restart.
@@ -152,8 +156,11 @@ def resnet_model_fn(features, labels, mode, opts, run):
         tf.summary.scalar('learning_rate', lr)
         optimizer = make_optimizer(opts.optimizer, lr, opts.opt_momentum)
         optimizer = precision.wrap_optimizer(optimizer, opts.dtype)
-        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS) + [finite]):
-            train_op = optimizer.minimize(loss, global_step, var_list=trained)
+        # The gradients wait for the finite check; this replica's batch-norm updates run in
+        # the same step beside the apply (distribute.own_update_ops: no gradient waits on
+        # them; distribute.after: linear in the replicas).
+        gradients = distribute.after(finite, optimizer.compute_gradients(loss, var_list=trained))
+        train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
         logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
                   'train_accuracy': accuracy[1]}
         if skipped is not None:

@@ -14,6 +14,11 @@ Variable names match the original's checkpoints (docs/original.md, Model), e.g.
 Images come in NHWC; with data_format 'channels_first' they are transposed once, which is
 what cuDNN prefers. The model takes explicit arguments and reads no flags.
 
+In ps mode the head (logits/dense: kernel and bias, and so their optimizer slots) is cut
+along the classes into one slice per ps task (head_shards, class_partitioner): whole, the
+2048 x 11,166 kernel and its Momentum slot would make one ps task hold 183 MB more than
+the others.
+
 Freezing the first stages (fine-tuning's FixBlock2 = init and stages 0-1): no gradient flows
 into them, and their batch norm runs either in inference mode on the restored statistics
 (frozen_bn='inference') or, as the original's finetune.py, in training mode
@@ -59,15 +64,19 @@ def normalize_data_format(data_format):
                          'got %r' % (data_format,))
 
 
-def resolve_data_format(data_format, has_gpu):
+def resolve_data_format(data_format, has_gpu, cpu_fallback=False):
     """--data_format: 'auto' -> NCHW with a GPU, NHWC without; NCHW without a GPU is an
-    error (TensorFlow's CPU convolutions are NHWC only). Raises errors.UsageError."""
+    error (TensorFlow's CPU convolutions are NHWC only), or with cpu_fallback NHWC (a
+    cluster's ps tasks and evaluator share the workers' flags; the variables and results
+    do not depend on the layout). Raises errors.UsageError."""
     if data_format.lower() == 'auto':
         return 'channels_first' if has_gpu else 'channels_last'
     try:
         resolved = normalize_data_format(data_format)
     except ValueError as e:
         raise UsageError('--data_format: %s' % e)
+    if resolved == 'channels_first' and not has_gpu and cpu_fallback:
+        return 'channels_last'
     if resolved == 'channels_first' and not has_gpu:
         raise UsageError('--data_format=%s needs a GPU: TensorFlow\'s CPU convolutions '
                          'support only NHWC (use --data_format=NHWC or auto)' % data_format)
@@ -159,7 +168,7 @@ class ResNet(object):
 
     def __init__(self, resnet_size, class_num, data_format='channels_last',
                  batch_norm_decay=0.997, batch_norm_epsilon=1e-5, frozen_stages=0,
-                 frozen_bn='inference'):
+                 frozen_bn='inference', head_shards=1):
         if resnet_size not in _ARCHITECTURES:
             raise ValueError('resnet_size must be one of %s, got %r'
                              % (', '.join(map(str, SUPPORTED_SIZES)), resnet_size))
@@ -177,6 +186,7 @@ class ResNet(object):
             raise ValueError('frozen_bn must be one of %s, got %r'
                              % (', '.join(FROZEN_BN_MODES), frozen_bn))
         self.frozen_bn = frozen_bn
+        self.head_shards = head_shards
         self.features = None
 
     def frozen_scopes(self):
@@ -236,8 +246,23 @@ class ResNet(object):
             axes = [2, 3] if self.data_format == 'channels_first' else [1, 2]
             x = tf.reduce_mean(x, axes)
         self.features = tf.identity(x, name='features')
-        with tf.variable_scope('logits'):
+        with tf.variable_scope('logits', partitioner=class_partitioner(self.head_shards)):
             return tf.layers.dense(self.features, units=self.class_num)
+
+
+def class_partitioner(shards):
+    """None for one shard, else a variable partitioner that splits the classes axis (the
+    last: the head's kernel [features, classes] and bias [classes]) into `shards` nearly
+    equal slices. A partitioned variable is saved under its own name, whole (as
+    slices), so a checkpoint restores whatever the shard count, one included."""
+    if shards <= 1:
+        return None
+
+    def partitioner(shape, dtype):
+        del dtype
+        dims = shape.as_list()
+        return [1] * (len(dims) - 1) + [max(1, min(shards, dims[-1]))]
+    return partitioner
 
 
 def frozen_variables(variables, scopes):

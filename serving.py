@@ -183,7 +183,8 @@ def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
     the time in seconds, or one more than the highest existing version. Returns the path.
 
     It is built under a hidden temporary name in export_dir (which TensorFlow Serving
-    ignores) and renamed when complete.
+    ignores) and renamed when complete. The graph is float32 whatever opts' dtype (the
+    variables are float32 in every dtype's checkpoint).
     """
     check_export_dir(export_dir)
     export_dir = os.path.abspath(export_dir)
@@ -195,6 +196,8 @@ def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
         raise UsageError('version %s exists already' % target)
     work = tempfile.mkdtemp(prefix='.tmp-%d-' % version, dir=export_dir)
     building = os.path.join(work, 'saved_model')
+    # float32 whatever the training dtype: a bf16 graph serves only on CPUs with bf16 kernels
+    opts = opts._replace(dtype='fp32')
     try:
         with tf.Graph().as_default():
             encoded, outputs = build_inference_graph(opts, 'channels_last', top_k, preprocess)

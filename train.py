@@ -207,6 +207,8 @@ def run(extra_hooks=()):
     tf.logging.set_verbosity(tf.logging.INFO)
     # absl's handler prints every line once; TensorFlow's own would print it a second time.
     tf.get_logger().handlers.clear()
+    # Before app.run: its after-init callbacks start CUDA (devices.choose_at_start).
+    devices.choose_at_start(FLAGS.visiable_gpu, FLAGS.num_gpus, FLAGS.tf_gpu_thread_mode)
     app.run(functools.partial(main, extra_hooks=extra_hooks))
 
 

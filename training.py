@@ -39,9 +39,9 @@ def evaluation_batches(opts):
     return opts.test_iter if opts.test_iter > 0 else None
 
 
-def data_format(opts):
+def data_format(opts, cpu_fallback=False):
     """--data_format for the GPUs this process sees (resnet.resolve_data_format)."""
-    return resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0)
+    return resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0, cpu_fallback)
 
 
 def augment_on(opts):
@@ -62,7 +62,7 @@ def model_run(opts, data_format, plan=None, warm_start=None):
     return run._replace(images_per_step=plan.images_per_step,
                         images_per_global_step=plan.images_per_global_step,
                         worker_name=plan.task.name if plan.task else 'worker',
-                        job=plan.task is not None)
+                        job=plan.task is not None, head_shards=plan.head_shards)
 
 
 @functools.lru_cache(maxsize=2)
@@ -89,6 +89,7 @@ def cluster_plan(opts):
         # The process sees the GPUs devices.choose left visible (--visiable_gpu).
         plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num,
                                opts.worker_id, opts.batch_size, devices.gpu_count())
+        distribute.check_all_reduce_alg(opts.all_reduce_alg, plan.distribution)
     except distribute.ConfigError as e:
         raise UsageError(str(e))
     if (plan.replicas > 1 or plan.distribution != 'none') and \
@@ -144,7 +145,8 @@ def make_estimator(opts, run, plan=None):
         log_step_count_steps=opts.log_interval,
         session_config=session_config(opts, filters),
         train_distribute=distribute.train_distribute(
-            plan.distribution, opts.num_gpus, gpu_count=devices.gpu_count())
+            plan.distribution, opts.num_gpus, gpu_count=devices.gpu_count(),
+            all_reduce_alg=opts.all_reduce_alg)
         if cluster_member else None)
     return tf.estimator.Estimator(model_fn=model_fn.make_model_fn(opts, run),
                                   model_dir=opts.model_dir, config=run_config)
@@ -294,7 +296,8 @@ def train(opts, settings=None, extra_hooks=()):
     lines, flag lines) the chief writes to <model_dir>/flags.txt; extra_hooks: more
     SessionRunHooks of every training session. Returns the Estimator."""
     plan = cluster_plan(opts)
-    layout = data_format(opts)
+    # ps tasks and an evaluator share the workers' flags but have no GPU: NHWC for them.
+    layout = data_format(opts, cpu_fallback=not plan.trains)
     files, record_shard = ([], None) if opts.use_synthetic_data or not plan.trains else \
         training_files(opts, plan)
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
@@ -326,9 +329,9 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('data_format %s, ResNet-%d, %d classes, batch %d, image %d',
                     layout, opts.resnet_size, opts.class_num, opts.batch_size,
                     opts.image_size)
-    tf.logging.info('augmentation on %s, dtype %s, XLA %s%s',
-                    augment_on(opts), opts.dtype,
-                    'on' if opts.xla else 'off',
+    tf.logging.info('augmentation on %s, %s, dtype %s, XLA %s%s',
+                    augment_on(opts), devices.describe_decode_threads(opts.num_preprocess_threads),
+                    opts.dtype, 'on' if opts.xla else 'off',
                     ', synthetic data (no file is read)' if opts.use_synthetic_data else '')
     if opts.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '

@@ -152,3 +152,30 @@ def test_collective_workers_may_have_several_gpus_ps_workers_one():
         'task': {'type': 'chief', 'index': 0}})}
     with pytest.raises(distribute.ConfigError, match='--num_gpus=2 with --distribution=ps'):
         distribute.plan('ps', 2, 1, 0, 64, gpu_count=8, environ=environ_ps)
+
+
+def map_parallelism(opts, files):
+    """num_parallel_calls of the training input_fn's parallel maps (-1 = AUTOTUNE)."""
+    with tf.Graph().as_default() as graph:
+        training.training_input_fn(opts, files)()
+        values = []
+        for op in graph.get_operations():
+            if op.type.startswith('ParallelMapDataset'):
+                calls = op.inputs[-1] if op.type == 'ParallelMapDataset' else \
+                    [t for t in op.inputs if 'num_parallel_calls' in t.name][0]
+                values.append(int(tf.get_static_value(calls)))
+        return values
+
+
+def test_decode_pool_defaults_to_autotune_and_a_flag_pins_it(shards):
+    """--num_preprocess_threads: default 0 = AUTOTUNE (tf.data sizes the pool to the host)
+    in every parallel map of the training pipeline; N pins it; the log line says which."""
+    opts = options(class_num=7, image_size=32, batch_size=2)
+    assert opts.num_preprocess_threads == 0
+    assert set(map_parallelism(opts, shards)) == {-1}
+    assert set(map_parallelism(opts._replace(num_preprocess_threads=3), shards)) >= {3}
+    assert devices.describe_decode_threads(0, cores=64) == (
+        'parallel decodes AUTOTUNE (tf.data sizes them to the host, up to its 64 cores; '
+        '--num_preprocess_threads=N pins them)')
+    assert devices.describe_decode_threads(6) == \
+        '6 parallel decodes (--num_preprocess_threads)'

@@ -440,3 +440,116 @@ def test_synthetic_data_on_two_replicas(tmp_path):
     step, positives = int(out[-2]), int(out[-1])
     assert step == 2
     assert positives > 0  # labels drawn on the replicas reached the loss counters
+
+
+# --------------------------------------------------------------------- ps placement
+
+@pytest.mark.parametrize('ps_tasks', [2, 4, 8])
+def test_ps_tasks_hold_even_shares_of_the_variables(ps_tasks):
+    """The chief's real graph (make_estimator for a chief + worker + K ps cluster, model_fn
+    under the Estimator's replica_device_setter), ResNet-101 with 11,166 classes: no ps
+    task holds more than 1.5 x the mean bytes. Whole, the head (91 MB) and its Momentum
+    slot sat on one task: 232 MB there against 35-62 MB on the others with 8 tasks."""
+    from tools import ps_placement
+    per_task, placed = ps_placement.placement(ps_tasks, [
+        '--resnet_size=101', '--class_num=11166', '--image_size=32', '--batch_size=2',
+        '--visiable_gpu=-1'])
+    assert max(per_task) <= 1.5 * sum(per_task) / ps_tasks, per_task
+    # every task holds one slice of the head's kernel, and the slot sits beside its slice
+    kernels = sorted(d for n, d in placed.items() if n.startswith('logits/dense/kernel/part_')
+                     and 'Momentum' not in n)
+    assert kernels == ['/job:ps/task:%d' % k for k in range(ps_tasks)]
+    for name, device in placed.items():
+        if name.startswith('logits/dense/kernel/part_') and name.endswith('/Momentum'):
+            assert placed[name[:-len('/Momentum')]] == device
+
+
+# --------------------------------------------------------------------- all-reduce
+
+ALL_REDUCE_CHILD = LOGICAL_CPUS + '''
+import json
+import os
+import model_fn
+from test_model_fn import run_options
+strategy_kind, alg = sys.argv[1], sys.argv[2]
+if strategy_kind == 'collective':   # worker 0 of two (nothing is started: graph only)
+    os.environ['TF_CONFIG'] = json.dumps({'cluster': {'worker': ['127.0.0.1:1', '127.0.0.1:2']},
+                                          'task': {'type': 'worker', 'index': 0}})
+    strategy = distribute.train_distribute('collective', 1, gpu_count=0, all_reduce_alg=alg)
+else:
+    strategy = distribute.train_distribute('none', 2, all_reduce_alg=alg)
+opts = run_options(18, 'fp32')._replace(class_num=7)
+run = model_fn.Run(data_format='channels_last', images_per_step=2)
+with tf.Graph().as_default() as graph, strategy.scope():
+    def step():
+        images = tf.random.uniform([2, 32, 32, 3], -1, 1)
+        labels = tf.cast(tf.random.uniform([2, 7]) < 0.5, tf.float32)
+        return model_fn.make_model_fn(opts, run)(images, labels,
+                                                 tf.estimator.ModeKeys.TRAIN).train_op
+    strategy.extended.call_for_each_replica(step)
+    trained = sum(v.shape.num_elements() for v in tf.trainable_variables())
+    ops = [op for op in graph.get_operations()
+           if op.type in ('CollectiveReduceV2', 'NcclAllReduce')]
+
+    def ancestors(op, seen):
+        stack = [op]
+        while stack:
+            node = stack.pop()
+            for parent in [t.op for t in node.inputs] + list(node.control_inputs):
+                if parent.name not in seen:
+                    seen.add(parent.name)
+                    stack.append(parent)
+        return seen
+    print('REDUCE ' + json.dumps({'trained': trained, 'ops': [{
+        'name': op.name, 'type': op.type, 'elements': op.inputs[0].shape.num_elements(),
+        'hint': op.get_attr('communication_hint').decode()
+        if op.type == 'CollectiveReduceV2' else 'nccl',
+        'ancestors': sorted(ancestors(op, set()) & {o.name for o in ops})} for op in ops]}))
+'''
+
+
+def reductions(kind, alg):
+    out = run_child(ALL_REDUCE_CHILD.replace('sys.path.insert(0, %r)' % ROOT,
+                                             'sys.path[:0] = [%r, %r]' % (
+                                                 ROOT, os.path.join(ROOT, 'tests'))),
+                    kind, alg).stdout
+    return json.loads([l for l in out.splitlines() if l.startswith('REDUCE ')][-1][7:])
+
+
+def test_collective_gradients_go_by_nccl_in_ordered_packs_and_the_rest_by_ring():
+    """--distribution=collective --all_reduce_alg=nccl, the built graph of worker 0 of 2:
+    the gradients (every trained element once) in packs of about BYTES_PER_PACK by NCCL,
+    each pack after the one before (the same launch order on every host); the loss
+    counters, the reported loss and the metric's counts by RING, small."""
+    found = reductions('collective', 'nccl')
+    packs = [op for op in found['ops'] if op['hint'] == 'nccl']
+    small = [op for op in found['ops'] if op['hint'] != 'nccl']
+    assert sum(op['elements'] for op in packs) == found['trained']
+    assert len(packs) >= 2  # ResNet-18: 45 MB of gradients
+    for op in packs:
+        assert op['elements'] * 4 <= distribute.BYTES_PER_PACK + 4 * 2359296  # + largest
+    for before, after in zip(packs, packs[1:]):
+        assert before['name'] in after['ancestors'], (before['name'], after['name'])
+    assert small and {op['hint'] for op in small} == {'ring'}
+    assert max(op['elements'] for op in small) <= 7   # counters of 7 classes, scalars
+    # auto on CPU workers: RING for all
+    assert {op['hint'] for op in reductions('collective', 'auto')['ops']} == {'ring'}
+
+
+def test_mirrored_nccl_carries_only_the_gradients():
+    """--num_gpus=2 --all_reduce_alg=nccl (2 logical CPUs; built, not run): one NCCL
+    all-reduce per replica for all the gradients (one pack); the small per-step reductions
+    go to the host without NCCL."""
+    found = reductions('mirrored', 'nccl')
+    assert [op['type'] for op in found['ops']] == ['NcclAllReduce'] * 2
+    assert all(op['elements'] == found['trained'] for op in found['ops'])
+
+
+def test_all_reduce_alg_must_fit_the_strategy():
+    distribute.check_all_reduce_alg('hierarchical_copy', 'none')
+    distribute.check_all_reduce_alg('ring', 'collective')
+    with pytest.raises(distribute.ConfigError, match='--all_reduce_alg=ring does not go '
+                       'with MirroredStrategy'):
+        distribute.check_all_reduce_alg('ring', 'none')
+    with pytest.raises(distribute.ConfigError, match='use one of auto, nccl, ring'):
+        distribute.check_all_reduce_alg('hierarchical_copy', 'collective')

@@ -258,3 +258,54 @@ def test_network_input_finishes_uint8_batches_and_passes_float_ones():
         evaluated, trained = run_session([evaluated, trained])
     np.testing.assert_allclose(evaluated, images / 255.0 * 2 - 1, atol=1e-6)
     assert trained.dtype == np.float32 and -1 <= trained.min() and trained.max() <= 1
+
+
+def rotate_images_int32(images, angles):
+    """rotate_images as it was, with its index arithmetic in int32 (the reference)."""
+    shape = tf.shape(images)
+    batch, height, width = shape[0], shape[1], shape[2]
+    t = ip.rotation_transform(angles, height, width)[:, :, tf.newaxis, tf.newaxis]
+    y, x = tf.meshgrid(tf.range(height, dtype=tf.float32), tf.range(width, dtype=tf.float32),
+                       indexing='ij')
+    x_in = tf.cast(ip._round_half_away(t[:, 0] * x + t[:, 1] * y + t[:, 2]), tf.int32)
+    y_in = tf.cast(ip._round_half_away(t[:, 3] * x + t[:, 4] * y + t[:, 5]), tf.int32)
+    inside = (x_in >= 0) & (x_in < width) & (y_in >= 0) & (y_in < height)
+    offsets = tf.range(batch)[:, tf.newaxis, tf.newaxis] * height * width
+    source = tf.where(inside, offsets + y_in * width + x_in,
+                      tf.fill(tf.shape(x_in), batch * height * width))
+    pixels = tf.reshape(images, [-1, 3])
+    pixels = tf.concat([pixels, tf.zeros([1, 3], images.dtype)], axis=0)
+    return tf.reshape(tf.gather(pixels, source), shape)
+
+
+@pytest.mark.parametrize('batch,height,width', [(40, 16, 24), (3, 224, 224), (2, 301, 97)])
+def test_float32_index_rotation_gives_the_int32_versions_pixels(batch, height, width):
+    rng = np.random.default_rng(width)
+    images = rng.integers(1, 255, (batch, height, width, 3)).astype(np.float32)
+    angles = rng.uniform(-math.pi, math.pi, batch).astype(np.float32)
+    with tf.Graph().as_default():
+        got, want = run_session([ip.rotate_images(tf.constant(images), tf.constant(angles)),
+                                 rotate_images_int32(tf.constant(images),
+                                                     tf.constant(angles))])
+    np.testing.assert_array_equal(got, want)
+
+
+# int32 ops of rank >= 3 whose GPU kernels keep int32 in device memory: the one Cast that
+# makes the gather's indices, and the gather that reads them.
+DEVICE_INT32 = ('Cast', 'GatherNd')
+
+
+def test_device_augmentation_keeps_no_large_int32_tensor_on_host_memory_kernels():
+    """augment_batch's graph (the batched flip, rotation, colour of --augment_on=device):
+    every int32 tensor of rank >= 3 (or unknown rank) is made and read by Cast and
+    GatherNd only -- none by the int32 AddV2/Mul/GreaterEqual/Fill/Select that TensorFlow's
+    GPU kernels run on host memory."""
+    with tf.Graph().as_default() as graph:
+        ip.augment_batch(tf.placeholder(tf.float32, [None, 64, 64, 3]))
+        found = []
+        for op in graph.get_operations():
+            for tensor in list(op.inputs) + list(op.outputs):
+                rank = tensor.shape.ndims
+                if tensor.dtype == tf.int32 and (rank is None or rank >= 3):
+                    found.append((op.type, op.name, rank))
+    assert found and {t for t, _, _ in found} <= set(DEVICE_INT32), found

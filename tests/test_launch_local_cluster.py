@@ -209,7 +209,8 @@ def test_a_task_that_fails_fails_the_launch(dataset, tmp_path):
 
 @pytest.mark.slow
 def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
-    """Chief, worker, ps and an evaluator task that evaluates the final checkpoint."""
+    """Chief, worker, two ps tasks (the head in a slice on each) and an evaluator task that
+    evaluates the final checkpoint on one device."""
     model_dir = str(tmp_path / 'model')
     max_iter = 6
     def open_gate_after_a_worker_step(launch, line):
@@ -219,7 +220,7 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
         if line.startswith('[worker:0]') and step_lines(launch, 'worker:0'):
             launch.open_gate()
 
-    launch = Launch(['--workers', '2', '--ps', '1', '--evaluator', '--timeout', '400', '--']
+    launch = Launch(['--workers', '2', '--ps', '2', '--evaluator', '--timeout', '400', '--']
                     + tiny_flags(dataset, model_dir, max_iter) + ['--eval_throttle_secs=1'],
                     on_line=open_gate_after_a_worker_step, gate=str(tmp_path / 'gate'),
                     gate_step=2)
@@ -233,6 +234,10 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
     assert re.search(r'evaluator:0 \(pid \d+\) exited with status 0', launch.text)
     assert 'finished' in launch.text and 'and the evaluator' in launch.text
     assert values['pos_count'].shape == (CLASSES,)
+    # The head was sliced over the 2 ps tasks; the checkpoint holds it whole, by its name.
+    assert values['logits/dense/kernel'].shape == (512, CLASSES)
+    assert values['logits/dense/kernel/Momentum'].shape == (512, CLASSES)
+    assert not [name for name in values if 'part_' in name]
     # Each worker read only its own files (from the names it logged), together all.
     chief = files_read(launch.task_lines('chief:0'))
     worker = files_read(launch.task_lines('worker:0'))

@@ -220,3 +220,43 @@ def test_fixblock2_freezes_variables_and_runs_frozen_batch_norm_as_asked(frozen_
 def test_frozen_bn_mode_is_checked():
     with pytest.raises(ValueError, match='frozen_bn'):
         resnet.ResNet(18, 3, frozen_stages=2, frozen_bn='eval')
+
+
+def test_a_partitioned_head_checkpoint_restores_whole_under_the_original_names(tmp_path):
+    """ps mode's head in 3 slices (class_partitioner), one Momentum step, saved: the
+    checkpoint holds logits/dense/kernel, its bias and slots whole under their own names,
+    and a single-device model (one slice) restores them equal."""
+    import model_fn
+    from test_model_fn import run_options
+    opts = run_options(18, 'fp32')._replace(class_num=10)
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    labels = (rng.random((2, 10)) < 0.5).astype(np.float32)
+    path = str(tmp_path / 'model.ckpt')
+    with tf.Graph().as_default():
+        tf.set_random_seed(1)
+        run = model_fn.Run(data_format='channels_last', images_per_step=2, head_shards=3)
+        spec = model_fn.make_model_fn(opts, run)(tf.constant(images), tf.constant(labels),
+                                                 tf.estimator.ModeKeys.TRAIN)
+        parts = [v.op.name for v in tf.global_variables() if 'logits' in v.op.name]
+        assert 'logits/dense/kernel/part_2' in parts and 'logits/dense/bias/part_2' in parts
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            session.run(spec.train_op)
+            written = session.run({'kernel': tf.concat(
+                [v for v in tf.global_variables() if v.op.name.startswith(
+                    'logits/dense/kernel/part_') and 'Momentum' not in v.op.name], axis=1)})
+            tf.train.Saver().save(session, path)
+    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    assert shapes['logits/dense/kernel'] == [512, 10]
+    assert shapes['logits/dense/kernel/Momentum'] == [512, 10]
+    assert shapes['logits/dense/bias'] == [10]
+    assert not any('part_' in name for name in shapes)
+    with tf.Graph().as_default():
+        run = model_fn.Run(data_format='channels_last', images_per_step=2)
+        spec = model_fn.make_model_fn(opts, run)(tf.constant(images), tf.constant(labels),
+                                                 tf.estimator.ModeKeys.TRAIN)
+        with tf.Session() as session:
+            tf.train.Saver().restore(session, path)
+            kernel = [v for v in tf.global_variables() if v.op.name == 'logits/dense/kernel']
+            np.testing.assert_array_equal(session.run(kernel[0]), written['kernel'])

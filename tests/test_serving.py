@@ -633,3 +633,29 @@ def test_rest_request_rows_reach_the_signature(trained, images, reference):
     for i, row in enumerate(response['predictions']):
         assert len(row['scores']) == CLASSES and len(row['features']) == FEATURE_DIM
         assert_close(np.array(row['scores']), reference['scores'][i])
+
+
+@pytest.mark.parametrize('dtype', ['bf16', 'fp16'])
+def test_exports_are_float32_whatever_the_training_dtype(trained, images, reference,
+                                                         tmp_path, dtype):
+    """A --dtype=bf16 or fp16 run's export (its options carry the dtype) is a float32
+    SavedModel: no bfloat16 or float16 tensor anywhere in its graph, and it serves the fp32
+    reference's scores."""
+    model_dir, _ = trained
+    opts = options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE, dtype=dtype)
+    path = serving.export_saved_model(os.path.join(model_dir, 'model.ckpt-2'),
+                                      str(tmp_path / 'export'), opts)
+    with tf.Graph().as_default(), tf.Session() as session:
+        graph_def = tf.saved_model.loader.load(session, serving.SERVING_TAGS, path).graph_def
+    half = {tf.bfloat16.as_datatype_enum, tf.float16.as_datatype_enum}
+    typed = [(node.name, key) for node in graph_def.node for key, value in node.attr.items()
+             if value.type in half or half & set(value.list.type)]
+    assert not typed, typed[:5]
+    assert any(node.op == 'Conv2D' and node.attr['T'].type == tf.float32.as_datatype_enum
+               for node in graph_def.node)
+    predictor = serving.load_predictor(saved_model=path)
+    try:
+        served = predictor.run([data for _, data in images[1]], ('scores',))
+    finally:
+        predictor.close()
+    assert_close(served['scores'], reference['scores'], 'scores')

@@ -41,6 +41,8 @@ def test_train_three_steps_then_resume_to_the_same_global_step(dataset, tmp_path
     assert [step for step, _ in scalars['cross_entropy']] == [1, 2, 3]
     log = first.stderr
     assert 'step 3: cross_entropy = ' in log and 'images/s' in log
+    # the default decode pool, stated with the first lines
+    assert 'parallel decodes AUTOTUNE (tf.data sizes them to the host, up to its ' in log
     assert os.path.getsize(os.path.join(model_dir, 'log', 'train.log')) > 0
 
     second = run_train(*small_run_flags(dataset, model_dir, 5))

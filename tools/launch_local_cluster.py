@@ -326,18 +326,8 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
     return 130
 
 
-def main(argv=None):
-    startup.check_versions('launch_local_cluster.py')
-    argv = sys.argv[1:] if argv is None else argv
-    in_namespace = bool(argv) and argv[0] == ISOLATED_MARK
-    if in_namespace:
-        argv = argv[1:]
-        loopback_up()
-    if '--' in argv:
-        split = argv.index('--')
-        own, train_flags = argv[:split], argv[split + 1:]
-    else:
-        own, train_flags = argv, []
+def make_parser():
+    """The launcher's own options (those before --)."""
     parser = argparse.ArgumentParser(
         prog=PROGRAM, description=__doc__.split('\n')[0],
         usage='%(prog)s [options] -- <train.py flags>',
@@ -376,6 +366,22 @@ def main(argv=None):
                         help='run the whole cluster in a network namespace of its own with '
                              'only loopback (Linux, unshare): no other machine or namespace '
                              'can reach the tasks\' ports')
+    return parser
+
+
+def main(argv=None):
+    startup.check_versions('launch_local_cluster.py')
+    argv = sys.argv[1:] if argv is None else argv
+    in_namespace = bool(argv) and argv[0] == ISOLATED_MARK
+    if in_namespace:
+        argv = argv[1:]
+        loopback_up()
+    if '--' in argv:
+        split = argv.index('--')
+        own, train_flags = argv[:split], argv[split + 1:]
+    else:
+        own, train_flags = argv, []
+    parser = make_parser()
     args = parser.parse_args(own)
     if args.workers < 1:
         parser.error('--workers must be >= 1, got %d' % args.workers)

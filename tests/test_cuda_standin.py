@@ -1,0 +1,175 @@
+"""Which GPUs TensorFlow's CUDA runtime starts with, seen from the driver on a machine
+without one: a stand-in libcuda.so.1, built here from C, first on LD_LIBRARY_PATH.
+
+Every driver function TensorFlow can resolve returns CUDA_ERROR_NO_DEVICE (100); cuInit,
+which the runtime calls once when it starts, first appends the CUDA_VISIBLE_DEVICES it
+sees (or <unset>) and the process's TF_CONFIG to the file $CUDA_STANDIN_LOG. The process
+then goes on without GPUs, as on a CPU box. The symbols are the cu* names in TensorFlow's
+own libraries, so a later TensorFlow that resolves other ones still finds them all.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from helpers import CLASSES, ENV, small_run_flags, write_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NO_DEVICE = 100
+SPECIAL = ('cuInit', 'cuGetErrorName', 'cuGetErrorString')
+C_HEAD = r'''#include <stdio.h>
+#include <stdlib.h>
+int cuInit(unsigned int flags) {
+  const char *path = getenv("CUDA_STANDIN_LOG");
+  const char *seen = getenv("CUDA_VISIBLE_DEVICES");
+  const char *task = getenv("TF_CONFIG");
+  FILE *f = path ? fopen(path, "a") : NULL;
+  if (f) { fprintf(f, "%s\t%s\n", seen ? seen : "<unset>", task ? task : ""); fclose(f); }
+  return 100;
+}
+int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
+int cuGetErrorString(int e, const char **s) { *s = "no CUDA-capable device"; return 0; }
+'''
+
+
+def driver_symbols():
+    """The cu* names in TensorFlow's shared libraries (what its stream executor dlsyms)."""
+    lib = tf.sysconfig.get_lib()
+    names = set()
+    for name in os.listdir(lib):
+        if name.startswith('libtensorflow') and '.so' in name:
+            with open(os.path.join(lib, name), 'rb') as f:
+                names.update(m.decode() for m in re.findall(
+                    rb'(?<![A-Za-z0-9_])cu[A-Z][A-Za-z0-9_]{2,60}(?![A-Za-z0-9_])', f.read()))
+    return sorted(names - set(SPECIAL))
+
+
+@pytest.fixture(scope='module')
+def standin(tmp_path_factory):
+    """The directory holding the built libcuda.so.1."""
+    compiler = shutil.which('cc') or shutil.which('gcc')
+    if compiler is None:
+        pytest.skip('no C compiler (cc/gcc) to build the stand-in libcuda.so.1')
+    directory = tmp_path_factory.mktemp('standin')
+    symbols = driver_symbols()
+    assert 'cuDeviceGetCount' in symbols and 'cuCtxCreate_v2' in symbols
+    source = directory / 'standin.c'
+    source.write_text(C_HEAD + ''.join('int %s(void) { return %d; }\n' % (name, NO_DEVICE)
+                                       for name in symbols))
+    subprocess.run([compiler, '-shared', '-fPIC', '-o', str(directory / 'libcuda.so.1'),
+                    str(source)], check=True, capture_output=True)
+    return str(directory)
+
+
+def standin_env(standin, log, visible):
+    """The environment of a process on the stand-in; visible None: CUDA_VISIBLE_DEVICES
+    unset (conftest hides every GPU from the tests themselves)."""
+    env = {k: v for k, v in ENV.items() if k not in ('CUDA_VISIBLE_DEVICES', 'TF_CONFIG')}
+    env.update(CUDA_STANDIN_LOG=str(log), LD_LIBRARY_PATH=standin + (
+        ':' + env['LD_LIBRARY_PATH'] if env.get('LD_LIBRARY_PATH') else ''))
+    if visible is not None:
+        env['CUDA_VISIBLE_DEVICES'] = visible
+    return env
+
+
+def seen(log):
+    """[(CUDA_VISIBLE_DEVICES, TF_CONFIG task name or '')] of every cuInit call."""
+    calls = []
+    for line in log.read_text().splitlines():
+        visible, config = line.split('\t')
+        task = json.loads(config)['task'] if config else None
+        calls.append((visible, '%s:%d' % (task['type'], task['index']) if task else ''))
+    return calls
+
+
+def run(program, args, env):
+    return subprocess.run([sys.executable, os.path.join(ROOT, program)] + args, cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope='module')
+def trained(standin, tmp_path_factory):
+    """(data, model_dir): one training step of train.py --visiable_gpu=3 on the stand-in
+    (it trains on the CPU, as on a box whose GPUs are missing); cuInit saw GPU 3 only."""
+    root = tmp_path_factory.mktemp('trained')
+    data, model_dir, log = write_dataset(str(root / 'ds')), str(root / 'model'), root / 'log'
+    result = run('train.py', small_run_flags(data, model_dir, 1) + [
+        '--visiable_gpu=3', '--resnet_size=18', '--image_size=32'],
+        standin_env(standin, log, None))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert seen(log) == [('3', '')]
+    return data, model_dir
+
+
+@pytest.mark.parametrize('mode', ['train', 'eval', 'predict', 'export'])
+def test_train_py_starts_cuda_with_the_chosen_gpus(standin, trained, tmp_path, mode):
+    """--visiable_gpu=3 --num_gpus=2 in every mode: the runtime starts with host GPUs 3 and
+    4 only (absl's after-init callbacks, which list the GPUs, run after the choice). The
+    stand-in has no GPU, so training stops with --num_gpus' usage error, after cuInit."""
+    data, model_dir = trained
+    log = tmp_path / 'cuinit.log'
+    args = small_run_flags(data, model_dir, 2) + [
+        '--visiable_gpu=3', '--num_gpus=2', '--mode=' + mode, '--resnet_size=18',
+        '--image_size=32', '--test_iter=1']
+    args += {'predict': ['--piclist=' + os.path.join(os.path.dirname(data), 'images')],
+             'export': ['--export_dir=' + str(tmp_path / 'export')]}.get(mode, [])
+    result = run('train.py', args, standin_env(standin, log, None))
+    if mode == 'train':
+        assert result.returncode == 2 and '--num_gpus=2 but 0 GPUs are visible' in \
+            result.stderr, result.stderr[-2000:]
+    else:  # inference and evaluation run on the CPU
+        assert result.returncode == 0, result.stderr[-2000:]
+    assert seen(log) == [('3,4', '')], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize('visible', [None, '0,1,2,3'])
+def test_visiable_gpu_minus_one_leaves_the_environment(standin, tmp_path, visible):
+    log = tmp_path / 'cuinit.log'
+    run('train.py', ['--visiable_gpu=-1', '--mode=eval', '--data_dir=' + str(tmp_path),
+                     '--model_dir=' + str(tmp_path / 'm')], standin_env(standin, log, visible))
+    assert seen(log) == [(visible or '<unset>', '')]
+
+
+def test_visiable_gpu_counts_in_the_given_list(standin, tmp_path):
+    log = tmp_path / 'cuinit.log'
+    run('train.py', ['--visiable_gpu=1', '--num_gpus=2', '--mode=eval',
+                     '--data_dir=' + str(tmp_path), '--model_dir=' + str(tmp_path / 'm')],
+        standin_env(standin, log, '4,5,6,7'))
+    assert seen(log) == [('5,6', '')]
+
+
+@pytest.mark.parametrize('tool', ['predict.py', 'extract_features.py'])
+def test_inference_tools_start_cuda_with_their_gpu(standin, trained, tmp_path, tool):
+    data, model_dir = trained
+    log = tmp_path / 'cuinit.log'
+    args = ['--visiable_gpu=2', '--checkpoint=' + model_dir, '--image_size=32',
+            os.path.join(os.path.dirname(data), 'images')]
+    if tool == 'extract_features.py':
+        args += ['--output', str(tmp_path / 'features.npy')]
+    result = run(os.path.join('tools', tool), args, standin_env(standin, log, None))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert seen(log) == [('2', '')]
+
+
+@pytest.mark.slow
+def test_launcher_gives_each_task_its_own_gpus(standin, tmp_path):
+    """A real ps cluster (chief, worker, ps) for 2 steps: the chief's runtime starts with
+    GPU 0, the worker's with GPU 1, the ps task's with none."""
+    data = write_dataset(str(tmp_path / 'ds'), train_lists=2, per_list=4)
+    log = tmp_path / 'cuinit.log'
+    model_dir = str(tmp_path / 'model')
+    flags = ['--data_dir=' + data, '--model_dir=' + model_dir,
+             '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
+             '--resnet_size=18', '--image_size=32', '--batch_size=2', '--max_iter=2',
+             '--log_interval=1', '--shuffle_buffer=8', '--data_format=NHWC',
+             '--num_preprocess_threads=1']
+    result = run('tools/launch_local_cluster.py',
+                 ['--workers', '2', '--ps', '1', '--timeout', '500', '--'] + flags,
+                 standin_env(standin, log, None))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert sorted(seen(log)) == [('', 'ps:0'), ('0', 'chief:0'), ('1', 'worker:0')]
