@@ -9,8 +9,9 @@
 #   3. Otherwise uv provides the interpreter: the uv on PATH, or uv installed from PyPI into
 #      a throwaway environment .venv-setup/uv (made by any Python found; where that Python has
 #      no ensurepip, as Debian's and Ubuntu's without python3-venv, pip's own wheel is fetched
-#      from the index to install it). uv picks a 3.9-3.11 it finds on the system, or downloads
-#      CPython 3.11 into .venv-setup/python; `uv venv --seed` makes .venv with pip.
+#      from the index to install it). uv picks a 3.9-3.11 it finds on PATH (without ensurepip
+#      too), or downloads CPython 3.11 into .venv-setup/python; `uv venv --seed` makes .venv
+#      with pip.
 #   4. Otherwise one line names the Pythons found, the ones needed and the commands that
 #      install one, and the exit status is 1 (the details are in .venv-setup/venv.log).
 #
