@@ -13,7 +13,7 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import records as records_lib
-from helpers import ROOT, run_session, write_lines
+from helpers import ROOT, options, run_session, write_lines
 from tools import archives, imagenet
 from tools import make_tfrecords as mt
 
@@ -224,8 +224,10 @@ def test_imagenet_1k_train_tar_of_tars_to_single_label_records(ilsvrc, tmp_path)
     # ready for --label_type=single: the trainer's parser reads them
     serialized = next(tf.io.tf_record_iterator(str(out / 'train' / '0.tfrecords')))
     with tf.Graph().as_default():
+        crop = options()  # an evaluation crop: the training crop's settings are not used
         image, label = records_lib.parse_record(tf.constant(serialized), False, 32, 3,
-                                                label_type='single')
+                                                crop.object_cover, crop.area_cover, 'single',
+                                                'cpu')
         image, label = run_session([image, label])
     assert image.shape == (32, 32, 3) and label.sum() == 1
 

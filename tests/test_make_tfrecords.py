@@ -407,7 +407,7 @@ def test_records_txt_grows_as_shards_finish_so_a_resume_reads_no_shard(images, t
         mt.build_records([str(p) for p in lists], str(images), str(out),
                          class_num=CLASS_NUM, workers=1, progress=False)
     assert file_db.read_counts(str(out / 'train')) == {'0.tfrecords': 1, '1.tfrecords': 1}
-    monkeypatch.setattr(mt, 'make_example', real)
+    monkeypatch.setattr(records_lib, 'make_example', real)
 
     def no_reading(*args):
         raise AssertionError('a finished shard was read to count it')
