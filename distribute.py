@@ -202,15 +202,19 @@ def plan(distribution, num_gpus, worker_num, worker_id, batch_size, gpu_count,
     """The Plan of this process; raises ConfigError.
 
     With TF_CONFIG the worker count and index come from it (worker_num / worker_id must
-    then be left at 1 / 0); without, from worker_num / worker_id.
+    then be left at 1 / 0, or say the same: cluster_flags builds TF_CONFIG from them);
+    without, from worker_num / worker_id.
     """
     task = current_task(environ)
     distribution = resolve_distribution(distribution, task, num_gpus)
     check_num_gpus(num_gpus, gpu_count)
     if task is not None:
-        if (worker_num, worker_id) != (1, 0):
-            raise ConfigError('--worker_num/--worker_id are taken from TF_CONFIG when it is '
-                              'set; leave them out (got %d/%d)' % (worker_num, worker_id))
+        same = (task.worker_num, task.worker_id if task.trains else 0)
+        if (worker_num, worker_id) not in ((1, 0), same):
+            raise ConfigError('--worker_num/--worker_id are taken from the cluster (task %s '
+                              'is worker %s of %d); leave them out or give the same, got %d/%d'
+                              % (task.name, same[1] if task.trains else '-', same[0],
+                                 worker_num, worker_id))
         if task.type not in TRAINING_TASKS + ('ps', EVALUATOR):
             raise ConfigError('TF_CONFIG task type %r is not supported (chief, worker, ps, '
                               'evaluator)' % task.type)

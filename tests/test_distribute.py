@@ -92,7 +92,7 @@ def test_plan_roles_and_images_per_step():
     assert evaluator.log_name == 'train_evaluator_0.log'
     for args, fragment in [
             (('auto', 1, 2, 1, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'chief', 0)}),
-             'taken from TF_CONFIG'),
+             'taken from the cluster'),
             (('auto', 1, 1, 0, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'master', 0)}),
              'master'),
             (('none', 2, 1, 0, 8, 1, {}), '--num_gpus=2 but 1 GPU is visible'),
