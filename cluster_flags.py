@@ -190,15 +190,19 @@ def setup(opts, environ=None):
     return None, None
 
 
-def claim_model_dir(model_dir, worker_id, worker_num):
+def claim_model_dir(model_dir, worker_id, worker_num, create=True):
     """An independent run's --model_dir is its own: the first run writes
     <model_dir>/independent_worker.txt ("worker k of N"), atomically (a link that fails
     when the file exists); a run of another worker (at the same time or later) is refused
-    with a UsageError."""
+    with a UsageError. create=False: only the check, writing nothing (at start, before
+    the inputs are checked)."""
     import tensorflow.compat.v1 as tf
     mine = 'worker %d of %d\n' % (worker_id, worker_num)
     path = os.path.join(model_dir, MARKER)
-    if '://' in model_dir:  # a remote file system: no atomic link, check then write
+    if not create:
+        if not tf.io.gfile.exists(path):
+            return
+    elif '://' in model_dir:  # a remote file system: no atomic link, check then write
         if not tf.io.gfile.exists(path):
             tf.io.gfile.makedirs(model_dir)
             with tf.io.gfile.GFile(path, 'w') as f:

@@ -4,7 +4,8 @@ Why this module exists: train.py trains on one device by default; everything tha
 when a run is one task of a TensorFlow cluster, or spans several GPUs, is decided here from
 explicit arguments (only train.py reads the flags):
 
-* TF_CONFIG parsing (`task_from_tf_config`): the cluster, this task's type and index.
+* TF_CONFIG parsing (`task_from_tf_config`): the cluster, this task's type and index
+  (cluster_flags.py writes TF_CONFIG from Slurm or --worker_hosts when it is not set).
 * Cluster roles: which training workers exist and which of them this task is (the chief
   counts as worker 0, `worker` i as i + 1 when a chief exists); file_db.data_share splits
   the shard files among them.
@@ -121,8 +122,8 @@ def resolve_distribution(distribution, task, num_gpus):
                               % task.worker_num)
         return 'none'
     if task is None:
-        raise ConfigError('--distribution=%s needs a TF_CONFIG environment variable (see '
-                          'docs/distributed.md)' % distribution)
+        raise ConfigError('--distribution=%s needs a cluster: TF_CONFIG, a Slurm step or '
+                          '--worker_hosts (see docs/distributed.md)' % distribution)
     if distribution == 'ps' and not task.cluster.get('ps'):
         raise ConfigError('--distribution=ps needs ps tasks in TF_CONFIG\'s cluster')
     if distribution == 'ps' and not task.cluster.get('chief'):

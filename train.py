@@ -69,13 +69,15 @@ def choose_devices(opts):
 def start_cluster(opts):
     """The cluster of TF_CONFIG, Slurm or --worker_hosts (cluster_flags.setup: TF_CONFIG
     and, under Slurm, CUDA_VISIBLE_DEVICES); an independent run of --worker_num > 1 says
-    so first and claims its --model_dir."""
+    so first, and stops here if another worker's run owns its --model_dir (training.train
+    claims it once the inputs are checked)."""
     source, line = cluster_flags.setup(opts)
     if line:
         tf.logging.info(line)
     if source == 'independent' and opts.mode in ('train', 'train_and_eval') and \
             not opts.demo:
-        cluster_flags.claim_model_dir(opts.model_dir, opts.worker_id, opts.worker_num)
+        cluster_flags.claim_model_dir(opts.model_dir, opts.worker_id, opts.worker_num,
+                                      create=False)
 
 
 def validate(opts):

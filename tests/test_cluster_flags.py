@@ -254,9 +254,13 @@ def test_a_slurm_step_of_two_tasks_trains_one_model(dataset, tmp_path):
     assert files_read(tasks[1]) == (1, ['1.tfrecords', '3.tfrecords'])
 
 
+@pytest.mark.slow
 def test_independent_runs_say_so_and_refuse_a_shared_model_dir(dataset, tmp_path):
     model_dir = str(tmp_path / 'model')
     flags = tiny_flags(dataset, model_dir, 1) + ['--worker_num=2']
+    bad = Task(flags + ['--worker_id=1', '--data_dir=' + str(tmp_path / 'nowhere')])
+    assert run_tasks([bad], [bad]) == [2]        # bad input: the directory is not claimed
+    assert not os.path.exists(os.path.join(model_dir, cluster_flags.MARKER))
     first = Task(flags + ['--worker_id=0'])
     assert run_tasks([first], [first]) == [0], first.text[-3000:]
     said = [l for l in first.lines if 'independent run' in l]

@@ -58,7 +58,7 @@ def test_distribution_from_flags_and_tf_config():
     assert distribute.resolve_distribution('auto', collective_task, 1) == 'collective'
     assert distribute.resolve_distribution('none', None, 4) == 'none'
     for args, fragment in [
-            (('ps', None, 1), 'needs a TF_CONFIG'),
+            (('ps', None, 1), 'needs a cluster: TF_CONFIG'),
             (('collective', ps_task, 1), 'must not have ps'),
             (('ps', collective_task, 1), 'needs ps tasks'),
             (('none', ps_task, 1), 'cluster of 3 workers'),
@@ -167,8 +167,8 @@ def test_cluster_flag_errors_are_one_line(tmp_path):
                        '--model_dir=' + str(tmp_path / 'm'))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        'train.py: error: --distribution=ps needs a TF_CONFIG environment variable (see '
-        'docs/distributed.md)')
+        'train.py: error: --distribution=ps needs a cluster: TF_CONFIG, a Slurm step or '
+        '--worker_hosts (see docs/distributed.md)')
     result = run_train('--data_dir=' + str(tmp_path), '--num_gpus=2',
                        '--model_dir=' + str(tmp_path / 'm'))
     assert result.returncode == 2
