@@ -4,7 +4,8 @@ Why this module exists: train.py trains on one device by default; everything tha
 when a run is one task of a TensorFlow cluster, or spans several GPUs, is decided here from
 explicit arguments (only train.py reads the flags):
 
-* TF_CONFIG parsing (`task_from_tf_config`): the cluster, this task's type and index.
+* TF_CONFIG parsing (`task_from_tf_config`): the cluster, this task's type and index
+  (cluster_flags.py writes TF_CONFIG from Slurm or --worker_hosts when it is not set).
 * Cluster roles: which training workers exist and which of them this task is (the chief
   counts as worker 0, `worker` i as i + 1 when a chief exists); file_db.data_share splits
   the shard files among them.
@@ -121,8 +122,8 @@ def resolve_distribution(distribution, task, num_gpus):
                               % task.worker_num)
         return 'none'
     if task is None:
-        raise ConfigError('--distribution=%s needs a TF_CONFIG environment variable (see '
-                          'docs/distributed.md)' % distribution)
+        raise ConfigError('--distribution=%s needs a cluster: TF_CONFIG, a Slurm step or '
+                          '--worker_hosts (see docs/distributed.md)' % distribution)
     if distribution == 'ps' and not task.cluster.get('ps'):
         raise ConfigError('--distribution=ps needs ps tasks in TF_CONFIG\'s cluster')
     if distribution == 'ps' and not task.cluster.get('chief'):
@@ -212,15 +213,19 @@ def plan(distribution, num_gpus, worker_num, worker_id, batch_size, gpu_count,
     """The Plan of this process; raises ConfigError.
 
     With TF_CONFIG the worker count and index come from it (worker_num / worker_id must
-    then be left at 1 / 0); without, from worker_num / worker_id.
+    then be left at 1 / 0, or say the same: cluster_flags builds TF_CONFIG from them);
+    without, from worker_num / worker_id.
     """
     task = current_task(environ)
     distribution = resolve_distribution(distribution, task, num_gpus)
     check_num_gpus(num_gpus, gpu_count)
     if task is not None:
-        if (worker_num, worker_id) != (1, 0):
-            raise ConfigError('--worker_num/--worker_id are taken from TF_CONFIG when it is '
-                              'set; leave them out (got %d/%d)' % (worker_num, worker_id))
+        same = (task.worker_num, task.worker_id if task.trains else 0)
+        if (worker_num, worker_id) not in ((1, 0), same):
+            raise ConfigError('--worker_num/--worker_id are taken from the cluster (task %s '
+                              'is worker %s of %d); leave them out or give the same, got %d/%d'
+                              % (task.name, same[1] if task.trains else '-', same[0],
+                                 worker_num, worker_id))
         if task.type not in TRAINING_TASKS + ('ps', EVALUATOR):
             raise ConfigError('TF_CONFIG task type %r is not supported (chief, worker, ps, '
                               'evaluator)' % task.type)

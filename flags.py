@@ -11,6 +11,7 @@ Only entry points read FLAGS; they turn them into explicit arguments.
 `python train.py --help` prints the flags grouped as below (see `grouped_help`).
 """
 import collections
+import functools
 
 from absl import flags
 from absl import logging as _absl_logging  # noqa: F401 -- defines --log_dir, reused below
@@ -33,20 +34,10 @@ def _define(kind, group, name, default, help_text, **kwargs):
     getattr(flags, 'DEFINE_' + kind)(name, default, help_text, **kwargs)
 
 
-def _string(group, name, default, help_text, **kw):
-    _define('string', group, name, default, help_text, **kw)
-
-
-def _int(group, name, default, help_text, **kw):
-    _define('integer', group, name, default, help_text, **kw)
-
-
-def _float(group, name, default, help_text, **kw):
-    _define('float', group, name, default, help_text, **kw)
-
-
-def _bool(group, name, default, help_text, **kw):
-    _define('boolean', group, name, default, help_text, **kw)
+# _string(group, name, default, help_text, **kw) defines --name in that --help group; so
+# do _int, _float and _bool.
+_string, _int, _float, _bool = (functools.partial(_define, kind)
+                                for kind in ('string', 'integer', 'float', 'boolean'))
 
 
 IGNORED = ' Accepted for compatibility with the original; ignored by this program.'
@@ -105,9 +96,20 @@ _bool(G, 'skip_bad_records', False,
       'Drop records that cannot be parsed or decoded (corrupt image, missing feature, wrong '
       'label length) and count them (log and TensorBoard scalar skipped_records) instead of '
       'stopping. Truncated or corrupt shard files always stop the run.')
-_int(G, 'worker_num', 1, 'Number of training workers that share the shard files.')
-_int(G, 'worker_id', 0, 'This worker\'s index in [0, worker_num): it reads shard files '
-     'worker_id, worker_id + worker_num, ... of the sorted list.')
+_int(G, 'worker_num', 1, 'Number of training workers that share the shard files. With '
+     '--worker_hosts they train one model; without any cluster (TF_CONFIG, Slurm, '
+     '--worker_hosts) N > 1 means N independent runs, each with its own --model_dir.')
+_int(G, 'worker_id', 0, 'This worker\'s index in [0, worker_num) (0 = the chief): it reads '
+     'shard files worker_id, worker_id + worker_num, ... of the sorted list.')
+_string(G, 'worker_hosts', '', 'host:port of every training worker, worker 0 (the chief) '
+        'first, the same list for every process: each process is then a task of one '
+        'job (collective; ps with --ps_hosts). The cluster comes from TF_CONFIG, then '
+        'Slurm (srun), then these flags; two of them at once is an error.')
+_string(G, 'ps_hosts', '', 'host:port of every parameter server (asynchronous ps training; '
+        'with --worker_hosts).')
+_int(G, 'ps_id', -1, 'Run as parameter server k of --ps_hosts (-1: a training worker).')
+_int(G, 'slurm_port_base', 8888, 'Under srun: the port of a node\'s first task (the next '
+     'tasks of the node take the following ports).')
 
 G = 'Model'
 _int(G, 'class_num', 1000, 'Number of classes (length of every record\'s label).')
@@ -419,7 +421,8 @@ def problems(opts):
     across flags; an empty list when every value is valid."""
     found = [CHECKS[name](name, getattr(opts, name)) for name in Options._fields
              if name in CHECKS]
-    return [p for p in found if p] + [message for bad, message in _rules(opts) if bad]
+    return [p for p in found if p] + [message for bad, message in _rules(opts) if bad] + \
+        _owned('cluster_flags', 'problems')(opts)
 
 
 def validate(opts):

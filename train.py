@@ -26,6 +26,7 @@ startup.before_tensorflow(PROGRAM)  # quiet start-up and the versions, before th
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import checkpoints
+import cluster_flags
 import devices
 import file_db
 import flags as flags_lib
@@ -64,6 +65,20 @@ def choose_devices(opts):
             '%s=%s' % item for item in sorted(made.items())),
             opts.inter_op_threads or 'default', opts.private_threads or 'shared')
     return opts
+
+
+def start_cluster(opts):
+    """The cluster of TF_CONFIG, Slurm or --worker_hosts (cluster_flags.setup: TF_CONFIG
+    and, under Slurm, CUDA_VISIBLE_DEVICES); an independent run of --worker_num > 1 says
+    so first, and stops here if another worker's run owns its --model_dir (training.train
+    claims it once the inputs are checked)."""
+    source, line = cluster_flags.setup(opts)
+    if line:
+        tf.logging.info(line)
+    if source == 'independent' and opts.mode in ('train', 'train_and_eval') and \
+            not opts.demo:
+        cluster_flags.claim_model_dir(opts.model_dir, opts.worker_id, opts.worker_num,
+                                      create=False)
 
 
 def validate(opts):
@@ -163,6 +178,7 @@ def main(argv, extra_hooks=()):
     opts = flags_lib.options()
     try:
         flags_lib.validate(opts)
+        start_cluster(opts)  # TF_CONFIG from Slurm or the host flags, before it is read
         opts = choose_devices(opts)
         if opts.demo:
             opts = demo.prepare(opts, flags_lib.given())

@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 import checkpoints
+import cluster_flags
 import devices
 import distribute
 import file_db
@@ -308,6 +309,8 @@ def train(opts, settings=None, extra_hooks=()):
                     distribute.describe_devices(plan, opts.batch_size), devices.gpu_count())
     if plan.trains:
         tf.logging.info(describe_epochs(opts, plan))
+    if plan.task is None and plan.worker_num > 1:  # an independent run: its own model_dir
+        cluster_flags.claim_model_dir(opts.model_dir, plan.worker_id, plan.worker_num)
     if settings and plan.trains and (plan.task is None or plan.task.type == 'chief'):
         remember_settings(opts.model_dir, settings)
     if plan.trains and record_shard:

@@ -58,7 +58,7 @@ def test_distribution_from_flags_and_tf_config():
     assert distribute.resolve_distribution('auto', collective_task, 1) == 'collective'
     assert distribute.resolve_distribution('none', None, 4) == 'none'
     for args, fragment in [
-            (('ps', None, 1), 'needs a TF_CONFIG'),
+            (('ps', None, 1), 'needs a cluster: TF_CONFIG'),
             (('collective', ps_task, 1), 'must not have ps'),
             (('ps', collective_task, 1), 'needs ps tasks'),
             (('none', ps_task, 1), 'cluster of 3 workers'),
@@ -92,7 +92,7 @@ def test_plan_roles_and_images_per_step():
     assert evaluator.log_name == 'train_evaluator_0.log'
     for args, fragment in [
             (('auto', 1, 2, 1, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'chief', 0)}),
-             'taken from TF_CONFIG'),
+             'taken from the cluster'),
             (('auto', 1, 1, 0, 8, 0, {'TF_CONFIG': config(PS_CLUSTER, 'master', 0)}),
              'master'),
             (('none', 2, 1, 0, 8, 1, {}), '--num_gpus=2 but 1 GPU is visible'),
@@ -167,8 +167,8 @@ def test_cluster_flag_errors_are_one_line(tmp_path):
                        '--model_dir=' + str(tmp_path / 'm'))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        'train.py: error: --distribution=ps needs a TF_CONFIG environment variable (see '
-        'docs/distributed.md)')
+        'train.py: error: --distribution=ps needs a cluster: TF_CONFIG, a Slurm step or '
+        '--worker_hosts (see docs/distributed.md)')
     result = run_train('--data_dir=' + str(tmp_path), '--num_gpus=2',
                        '--model_dir=' + str(tmp_path / 'm'))
     assert result.returncode == 2

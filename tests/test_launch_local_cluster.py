@@ -187,6 +187,7 @@ def test_each_training_task_gets_its_own_gpus_ps_and_evaluator_none():
     (['--ps', '0'], '--distribution=ps needs --ps >= 1'),
     (['--', '--worker_id=1'], 'set by the launcher'),
     (['--', '--distribution=none'], 'set by the launcher'),
+    (['--', '--worker_hosts=127.0.0.1:1'], 'set by the launcher'),
     (['--', '--visiable_gpu=1'], '--visiable_gpu is set by the launcher'),
     (['--gpus_per_task', '-1'], '--gpus_per_task and --evaluator_gpus must be >= 0'),
 ])

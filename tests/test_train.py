@@ -103,7 +103,7 @@ def bad_input_cases(data, tmp):
         (['--data_dir=' + data, '--worker_num=2', '--worker_id=2'], ['--worker_id=2']),
         # (fewer files than workers is not an error: records are split, test_distribute)
         (['--data_dir=' + data, '--distribution=collective'],
-         ['--distribution=collective needs a TF_CONFIG']),
+         ['--distribution=collective needs a cluster: TF_CONFIG']),
         (['--data_dir=' + data, '--resnet_size=42'], ['--resnet_size=42']),
         (['--data_dir=' + data, '--warmup=100', '--lr_warmup_decay_step=0'],
          ['--warmup=100', '--lr_warmup_decay_step']),

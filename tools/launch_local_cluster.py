@@ -389,10 +389,11 @@ def main(argv=None):
         parser.error('--distribution=ps needs --ps >= 1, got %d' % args.ps)
     if args.restarts < 0:
         parser.error('--restarts must be >= 0, got %d' % args.restarts)
-    if any(f.startswith(('--distribution', '--worker_num', '--worker_id'))
-           for f in train_flags):
-        parser.error('--distribution, --worker_num and --worker_id are set by the launcher '
-                     '(from its options and each task\'s TF_CONFIG); leave them out after --')
+    if any(f.startswith(('--distribution', '--worker_num', '--worker_id', '--worker_hosts',
+                         '--ps_hosts', '--ps_id')) for f in train_flags):
+        parser.error('--distribution, --worker_num, --worker_id and the cluster\'s hosts are '
+                     'set by the launcher (from its options and each task\'s TF_CONFIG); '
+                     'leave them out after --')
 
     try:
         num_gpus = int(flag_value(train_flags, 'num_gpus', '1'))
