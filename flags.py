@@ -422,7 +422,7 @@ def problems(opts):
     found = [CHECKS[name](name, getattr(opts, name)) for name in Options._fields
              if name in CHECKS]
     return [p for p in found if p] + [message for bad, message in _rules(opts) if bad] + \
-        _owned('cluster_flags', 'problems')(opts)
+        owned('cluster_flags', 'problems')(opts)
 
 
 def validate(opts):
