@@ -42,6 +42,7 @@ if __name__ == '__main__':
 import file_db  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402
 import startup  # noqa: E402
+from errors import UsageError  # noqa: E402 -- bad input: one line, exit status 2
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shard_checks  # noqa: E402
@@ -50,10 +51,6 @@ from tools.record_checks import LABEL_LENGTH  # noqa: E402
 PROG = 'check_tfrecords.py'
 SHARD_PATTERN = '*tfrecords'
 SPLITS = ('train', 'val')
-
-
-class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit status 2."""
 
 
 def _worker_main(conn, class_num, mask_thres, hierarchy, label_type, position, log_path):
