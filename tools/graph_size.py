@@ -46,8 +46,8 @@ import distribute
 distribute.mirrored_devices = lambda k: ['/device:CPU:%%d' %% i for i in range(k)]
 if sys.argv[7] == 'mirrored':  # MirroredStrategy even over one device
     plain = distribute.train_distribute
-    distribute.train_distribute = lambda d, n, devices=None, gpu_count=0: plain(
-        d, n, distribute.mirrored_devices(n), gpu_count)
+    distribute.train_distribute = lambda d, n, devices=None, gpu_count=0, **kw: plain(
+        d, n, distribute.mirrored_devices(n), gpu_count, **kw)
 import flags as flags_lib
 import train
 import training
