@@ -10,8 +10,11 @@ training.py's, inference serving.py's; the rest of the data flow is
     python train.py --help        # every flag, grouped
 
 Exit status: 0 done, 1 an error after training started (errors.TrainingError), 2 a bad
-flag or input (errors.UsageError, file_db.DataError); each reported as one line.
+flag or input (errors.UsageError, file_db.DataError), 143 / 130 stopped by SIGTERM / SIGINT
+(128 + the signal; a training run saves a checkpoint at the step it stopped at first:
+rerun the same command to resume, preemption.py); each reported as one line.
 """
+import signal
 import sys
 
 import startup
@@ -31,10 +34,11 @@ import file_db
 import flags as flags_lib
 import inference_io
 import precision
+import preemption
 import run_settings
 import serving
 import training
-from errors import TrainingError, UsageError
+from errors import Interrupted, Stopped, TrainingError, UsageError
 from tools import demo
 
 tf.disable_v2_behavior()
@@ -139,6 +143,7 @@ def main(argv, extra_hooks=()):
     training session (a seam for programs that wrap this one)."""
     del argv
     opts = flags_lib.options()
+    preemption.stop_raises()
     try:
         flags_lib.validate(opts)
         opts = choose_devices(opts)
@@ -166,6 +171,16 @@ def main(argv, extra_hooks=()):
     except TrainingError as e:
         sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
         sys.exit(1)
+    except Interrupted as e:
+        sys.stderr.write('%s: %s\n' % (PROGRAM, e))
+        sys.exit(128 + e.signum)
+    except KeyboardInterrupt as e:  # errors.Stopped, or a SIGINT before main
+        signum = e.signum if isinstance(e, Stopped) else signal.SIGINT
+        sys.stderr.write('%s: stopped by %s%s\n' % (
+            PROGRAM, preemption.signal_name(signum),
+            ' before training started; nothing was saved, rerun the same command'
+            if opts.mode in ('train', 'train_and_eval') else '; nothing was written'))
+        sys.exit(128 + signum)
 
 
 def run(extra_hooks=()):

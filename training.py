@@ -8,9 +8,11 @@ train_and_eval mode; in a TF_CONFIG cluster tf.estimator.train_and_evaluate. eva
 checkpoint on test_iter batches of val. Errors: errors.UsageError before a graph exists,
 errors.TrainingError (one line with what to do) after.
 """
+import contextlib
 import functools
 import logging
 import os
+import signal
 
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
@@ -23,10 +25,13 @@ import hierarchy
 import hooks
 import input_pipeline
 import model_fn
+import preemption
 import records
 import resnet
 import run_settings
-from errors import TrainingError, UsageError, op_error_text
+from errors import Interrupted, TrainingError, UsageError, op_error_text
+
+PROGRAM = 'train.py'  # the prefix of the line a second signal writes
 
 
 def training_steps(opts):
@@ -227,7 +232,7 @@ def format_metrics(results):
                      if k != 'global_step')
 
 
-def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
+def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
     """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
     Without an estimator: --checkpoint_path, else the latest in --model_dir."""
     if estimator is None:
@@ -245,7 +250,7 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
     try:
         results = estimator.evaluate(eval_input_fn(opts, files),
                                      steps=evaluation_batches(opts),
-                                     checkpoint_path=checkpoint_path)
+                                     checkpoint_path=checkpoint_path, hooks=run_hooks)
     except tf.errors.OpError as e:
         raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
     tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
@@ -338,7 +343,9 @@ def train(opts, settings=None, extra_hooks=()):
     run = model_run(opts, layout, plan, log_fine_tuning(opts, warm_start))
     estimator = make_estimator(opts, run, plan)
     tracker = hooks.StepTracker()
-    run_hooks = [tracker, hooks.RestartLimitHook()] + list(extra_hooks)
+    preempt = preemption.Preemption(PROGRAM)
+    stop_hook = hooks.StopOnRequestHook(preempt.requested)
+    run_hooks = [tracker, hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
     if plan.distribution == 'ps' and opts.max_iter > 0:
         run_hooks.append(hooks.StopAtGlobalStepHook(opts.max_iter))
     if run.legacy_counters:
@@ -348,21 +355,9 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
                     opts.max_iter if opts.max_iter > 0 else 'infinity', opts.model_dir)
     try:
-        if plan.distribution in ('ps', 'collective'):
-            # Runs a ps task's server until the launcher stops it; trains on the others.
-            tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
-                training_input_fn(opts, files, record_shard),
-                max_steps=training_steps(opts), hooks=run_hooks),
-                cluster_eval_spec(opts, val_files))
-        elif opts.mode == 'train_and_eval':
-            step = checkpoints.estimator_step(opts.model_dir)
-            last = opts.max_iter if opts.max_iter > 0 else float('inf')
-            while step < last:
-                step = min(last, (step // opts.test_interval + 1) * opts.test_interval)
-                train_on(estimator, opts, files, run_hooks, step, record_shard)
-                evaluate(opts, estimator, files=val_files)
-        else:
-            train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
+        with preempt if plan.trains else contextlib.nullcontext():
+            train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks,
+                      stop_hook, preempt.requested)
     except tf.errors.OpError as e:
         raise TrainingError(describe_failure(e, opts, tracker.failed_step))
     except hooks.RestartLoop as e:
@@ -374,8 +369,50 @@ def train(opts, settings=None, extra_hooks=()):
             'a record is not a tf.train.Example%s; find it with tools/check_tfrecords.py, '
             'or train on with --skip_bad_records' % (
                 ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
+    if preempt.signum is not None:
+        raise interrupted(preempt.signum, opts, plan, tracker.last_step)
     tf.logging.info('done; TensorBoard: tensorboard --logdir %s', opts.model_dir)
     return estimator
+
+
+def train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks, stop_hook,
+              stop):
+    """The training of the mode: to --max_iter, or in train_and_eval mode in pieces of
+    --test_interval steps with an evaluation after each, until stop() (a signal)."""
+    if not plan.trains and not plan.evaluates:
+        # A ps task serves in C++ until it is killed: the signals' default action.
+        for signum in preemption.SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+    if plan.distribution in ('ps', 'collective'):
+        # Runs a ps task's server until the launcher stops it; trains on the others.
+        tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
+            training_input_fn(opts, files, record_shard),
+            max_steps=training_steps(opts), hooks=run_hooks),
+            cluster_eval_spec(opts, val_files))
+    elif opts.mode == 'train_and_eval':
+        step = checkpoints.estimator_step(opts.model_dir)
+        last = opts.max_iter if opts.max_iter > 0 else float('inf')
+        while step < last and not stop():
+            step = min(last, (step // opts.test_interval + 1) * opts.test_interval)
+            train_on(estimator, opts, files, run_hooks, step, record_shard)
+            if not stop():
+                evaluate(opts, estimator, files=val_files, run_hooks=[stop_hook])
+    else:
+        train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
+
+
+def interrupted(signum, opts, plan, step):
+    """errors.Interrupted for a run a signal stopped after its step in flight."""
+    name = preemption.signal_name(signum)
+    if plan.task is not None and plan.task.type != 'chief':
+        return Interrupted(signum, '%s stopped by %s after global step %s; the chief saves '
+                           'the checkpoint; rerun the same command to resume' % (
+                               plan.task.name, name, step))
+    last = checkpoints.latest_checkpoint(opts.model_dir)
+    saved = ('saved %s' % last if last and last.endswith('-%s' % step)
+             else 'the last checkpoint is %s' % (last or 'none'))
+    return Interrupted(signum, 'stopped by %s at global step %s: %s; rerun the same '
+                       'command to resume' % (name, step, saved))
 
 
 def pretrained_variables(opts, data_format):

