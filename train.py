@@ -35,6 +35,7 @@ import flags as flags_lib
 import inference_io
 import precision
 import preemption
+import run_dirs
 import run_settings
 import serving
 import training
@@ -165,7 +166,7 @@ def main(argv, extra_hooks=()):
             training.train(opts, settings(opts), extra_hooks)
             if opts.export_dir:
                 export(opts, checkpoints.latest_checkpoint(opts.model_dir))
-    except (UsageError, file_db.DataError) as e:
+    except (UsageError, file_db.DataError, run_dirs.DirectoryError) as e:
         sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
         sys.exit(2)
     except TrainingError as e:

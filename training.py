@@ -28,6 +28,7 @@ import model_fn
 import preemption
 import records
 import resnet
+import run_dirs
 import run_settings
 from errors import Interrupted, TrainingError, UsageError, op_error_text
 
@@ -195,14 +196,25 @@ def describe_restart_loop(restarts, opts, step):
 
 
 def what_is_kept(model_dir):
-    last = tf.train.latest_checkpoint(model_dir)
+    last = checkpoints.latest_checkpoint(model_dir)
     return ('the last checkpoint %s is kept' % os.path.basename(last) if last
             else 'no checkpoint was written')
 
 
+def resume_point(model_dir):
+    """The chief's start in its model directory: the leftovers of a killed run removed, the
+    checkpoint to resume from made the latest (checkpoints.recover: a broken state file or
+    a damaged newest checkpoint never makes a run start over)."""
+    left = run_dirs.remove_leftovers(model_dir)
+    if left:
+        tf.logging.info('removed what an earlier run left unfinished in %s: %s', model_dir,
+                        ', '.join(left))
+    checkpoints.recover(model_dir)
+
+
 def log_to_file(log_dir, name='train.log'):
     """Copies TensorFlow's log (ours and the Estimator's) to <log_dir>/<name>."""
-    os.makedirs(log_dir, exist_ok=True)
+    run_dirs.check_directory(log_dir, 'log_dir')
     handler = logging.FileHandler(os.path.join(log_dir, name))
     handler.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
     logging.getLogger('tensorflow').addHandler(handler)
@@ -237,15 +249,17 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
     Without an estimator: --checkpoint_path, else the latest in --model_dir."""
     if estimator is None:
         files = evaluation_files(opts)
-        checkpoint_path = opts.checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
-        if not checkpoint_path:
+        if opts.checkpoint_path:
+            checkpoint_path = checkpoints.resolve_checkpoint(opts.checkpoint_path,
+                                                             'checkpoint_path')
+        elif not checkpoints.latest_checkpoint(opts.model_dir):
             raise UsageError('no checkpoint to evaluate in --model_dir=%s (give '
                              '--checkpoint_path)' % opts.model_dir)
-        if not tf.train.checkpoint_exists(checkpoint_path):
-            raise UsageError('--checkpoint_path=%s does not exist' % checkpoint_path)
+        else:
+            checkpoint_path = checkpoints.resolve_checkpoint(opts.model_dir, 'model_dir')
         log_to_file(opts.log_dir)
         estimator = make_estimator(opts, model_run(opts, data_format(opts)))
-    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
+    checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
     checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
     try:
         results = estimator.evaluate(eval_input_fn(opts, files),
@@ -305,7 +319,13 @@ def train(opts, settings=None, extra_hooks=()):
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
                  else None)
     warm_start = pretrained_variables(opts, layout)
+    chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
+    if chief:  # one trainer a model directory; evaluators and other tasks only read it
+        run_dirs.check_directory(opts.model_dir, 'model_dir')
+        run_dirs.hold_lock(opts.model_dir, 'trainer')
     log_to_file(opts.log_dir, plan.log_name)
+    if chief:
+        resume_point(opts.model_dir)
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
                     distribute.describe_devices(plan, opts.batch_size), devices.gpu_count())
     if plan.trains:

@@ -102,3 +102,58 @@ def test_a_signal_saves_the_step_and_the_rerun_resumes(dataset, tmp_path, signum
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert 'Restoring parameters from %s' % match.group(2) in rerun.stderr
     assert steps_saved(model_dir) == [0, step, 12]
+
+
+@pytest.fixture(scope='module')
+def trained(dataset, tmp_path_factory):
+    """A model directory trained to step 10 with checkpoints 0, 5 and 10 (copied by each
+    test that changes it)."""
+    model_dir = str(tmp_path_factory.mktemp('trained') / 'model')
+    result = run_train(*flags(dataset, model_dir, 10, '--snapshot=5'))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert steps_saved(model_dir) == [0, 5, 10]
+    return model_dir
+
+
+def copy_model(trained, tmp_path):
+    import shutil
+    model_dir = str(tmp_path / 'model')
+    shutil.copytree(trained, model_dir)
+    return model_dir
+
+
+STATE_BREAKS = [
+    ('deleted', None),
+    ('garbled', b'this is not a checkpoint state\n{{{\n'),
+    ('empty', b''),
+    ('binary', bytes(range(256))),
+    ('names a missing checkpoint', b'model_checkpoint_path: "model.ckpt-99"\n'),
+]
+
+
+def test_a_broken_state_file_resumes_from_the_newest_checkpoint(dataset, trained, tmp_path):
+    """Each break of the state file: one warning naming model.ckpt-10, the state file
+    rewritten, every checkpoint byte-equal; the last rerun trains on from 10, not 0."""
+    model_dir = copy_model(trained, tmp_path)
+    state = os.path.join(model_dir, 'checkpoint')
+    before = checkpoint_files(model_dir)
+    for i, (kind, content) in enumerate(STATE_BREAKS):
+        os.remove(state)
+        if content is not None:
+            with open(state, 'wb') as f:
+                f.write(content)
+        last = i == len(STATE_BREAKS) - 1
+        result = run_train(*flags(dataset, model_dir, 12 if last else 10, '--snapshot=5'))
+        assert result.returncode == 0, (kind, result.stderr[-2000:])
+        warnings = [l for l in result.stderr.splitlines() if 'state file' in l]
+        assert len(warnings) == 1 and 'resuming from %s' % os.path.join(
+            model_dir, 'model.ckpt-10') in warnings[0], (kind, warnings)
+        assert 'Traceback' not in result.stderr and 'ParseError' not in result.stderr
+        assert tf.train.latest_checkpoint(model_dir).endswith(
+            'model.ckpt-%d' % (12 if last else 10)), kind
+        after = checkpoint_files(model_dir)
+        assert {n: h for n, h in after.items() if n in before and n != 'checkpoint'} == \
+            {n: h for n, h in before.items() if n != 'checkpoint'}, kind
+    assert 'Restoring parameters from %s' % os.path.join(model_dir, 'model.ckpt-10') \
+        in result.stderr
+    assert steps_saved(model_dir) == [0, 5, 10, 12]
