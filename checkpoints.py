@@ -84,8 +84,9 @@ def damage(prefix):
         reader = tf.train.load_checkpoint(prefix)
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
-    except (tf.errors.OpError, ValueError, RuntimeError) as e:
-        return op_error_text(e).split('\n')[0]
+    except Exception as e:  # pylint: disable=broad-except -- the reader raises IndexError,
+        # ValueError, OpError... for what is only "this checkpoint does not read"
+        return (op_error_text(e) or type(e).__name__).split('\n')[0]
     return None
 
 

@@ -20,7 +20,9 @@ def op_error_text(error):
     error:' header, node names and stack traces."""
     boilerplate = ('Graph execution error:', 'Detected at node', 'File "', 'Node:', '[[')
     lines = [line.strip() for line in str(getattr(error, 'message', error)).splitlines()]
-    return ' '.join(l for l in lines if l and not l.startswith(boilerplate)) or \
+    text = ' '.join(l for l in lines if l and not l.startswith(boilerplate))
+    # TensorFlow adds its out-of-memory hint to every ResourceExhaustedError, a full disk's too.
+    return text.split(' Hint: If you want to see a list of allocated tensors')[0].strip() or \
         type(error).__name__
 
 

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import signal
 
 import tensorflow.compat.v1 as tf
@@ -114,6 +115,7 @@ def training_files(opts, plan):
     files = file_db.list_shards(opts.data_dir, 'train', opts.file_pattern)
     share, record_shard = file_db.data_share(files, plan.worker_num, plan.worker_id)
     records.check_label_length(share, opts.class_num, opts.label_type)
+    records.check_not_empty(files, os.path.join(opts.data_dir, 'train'))
     return share, record_shard
 
 
@@ -121,6 +123,7 @@ def evaluation_files(opts):
     """All val shard files, checked like the training ones."""
     files = file_db.list_shards(opts.data_dir, 'val', opts.file_pattern)
     records.check_label_length(files, opts.class_num, opts.label_type)
+    records.check_not_empty(files, os.path.join(opts.data_dir, 'val'))
     return files
 
 
@@ -162,11 +165,25 @@ PLACEMENT_ERRORS = ('Cannot assign a device for operation',
                     'no supported kernel for GPU devices')
 
 
+# A file system that refuses a write (a checkpoint, an event file): the fix of each.
+DISK_ERRORS = {'No space left on device': 'free space on the disk of --model_dir=%s (or give '
+                                          'another --model_dir)',
+               'Read-only file system': 'give a --model_dir on a writable disk (not %s)',
+               'Permission denied': 'make --model_dir=%s writable for this user'}
+
+
 def describe_failure(error, opts, step):
     """One line for an error that stopped training, with what to do about it."""
     first_line = op_error_text(error)
     kept = what_is_kept(opts.model_dir)
     at = ' at step %d' % step if step is not None else ''
+    for cause, fix in DISK_ERRORS.items():
+        if cause in error.message:
+            saving = re.search(r'(model\.ckpt-\d+)_temp', first_line)
+            return ('%s writing %s in --model_dir=%s%s: %s, then rerun the same command to '
+                    'resume; %s' % (cause.lower(), 'the checkpoint ' + saving.group(1)
+                                    if saving else 'a file', opts.model_dir, at,
+                                    fix % opts.model_dir, kept))
     if model_fn.NON_FINITE_LOSS in error.message or \
             model_fn.NON_FINITE_SUMMARY in error.message:
         return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
@@ -320,6 +337,7 @@ def train(opts, settings=None, extra_hooks=()):
                  else None)
     warm_start = pretrained_variables(opts, layout)
     chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
+    run_dirs.check_directory(opts.log_dir, 'log_dir')
     if chief:  # one trainer a model directory; evaluators and other tasks only read it
         run_dirs.check_directory(opts.model_dir, 'model_dir')
         run_dirs.hold_lock(opts.model_dir, 'trainer')
@@ -379,6 +397,8 @@ def train(opts, settings=None, extra_hooks=()):
             train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks,
                       stop_hook, preempt.requested)
     except tf.errors.OpError as e:
+        if chief:  # a failed save's model.ckpt-N_temp/
+            run_dirs.remove_leftovers(opts.model_dir)
         raise TrainingError(describe_failure(e, opts, tracker.failed_step))
     except hooks.RestartLoop as e:
         raise TrainingError(describe_restart_loop(e.restarts, opts, tracker.failed_step))

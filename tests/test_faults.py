@@ -157,3 +157,62 @@ def test_a_broken_state_file_resumes_from_the_newest_checkpoint(dataset, trained
     assert 'Restoring parameters from %s' % os.path.join(model_dir, 'model.ckpt-10') \
         in result.stderr
     assert steps_saved(model_dir) == [0, 5, 10, 12]
+
+
+def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes(dataset, trained,
+                                                                       tmp_path):
+    """model.ckpt-10's data truncated: eval names it in one line; training moves it to
+    damaged/ (byte-equal), resumes from model.ckpt-5 and ends at --max_iter. Then the new
+    model.ckpt-12's index deleted: moved aside too, the run resumes from model.ckpt-10."""
+    model_dir = copy_model(trained, tmp_path)
+    data = os.path.join(model_dir, 'model.ckpt-10.data-00000-of-00001')
+    with open(data, 'r+b') as f:
+        f.truncate(os.path.getsize(data) // 2)
+    before = checkpoint_files(model_dir)
+    evaluation = run_train(*flags(dataset, model_dir, 10), '--mode=eval', '--test_iter=1')
+    last = evaluation.stderr.strip().splitlines()[-1]
+    assert evaluation.returncode == 2, evaluation.stderr[-2000:]
+    assert last.startswith('train.py: error: checkpoint %s is damaged (' % os.path.join(
+        model_dir, 'model.ckpt-10')), last
+    assert checkpoint_files(model_dir) == before
+    result = run_train(*flags(dataset, model_dir, 12, '--snapshot=5'))
+    assert result.returncode == 0, result.stderr[-2000:]
+    warnings = [l for l in result.stderr.splitlines() if 'is damaged' in l]
+    assert len(warnings) == 1 and 'model.ckpt-10' in warnings[0] and \
+        'resuming from %s' % os.path.join(model_dir, 'model.ckpt-5') in warnings[0], warnings
+    assert 'Restoring parameters from %s' % os.path.join(model_dir, 'model.ckpt-5') \
+        in result.stderr
+    damaged = os.path.join(model_dir, 'damaged')
+    assert checkpoint_files(damaged) == {n: h for n, h in before.items()
+                                         if n.startswith('model.ckpt-10.')}
+    assert steps_saved(model_dir) == [0, 5, 10, 12]  # 10 anew, from 5
+    os.remove(os.path.join(model_dir, 'model.ckpt-12.index'))
+    result = run_train(*flags(dataset, model_dir, 12, '--snapshot=5'))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'checkpoint %s is damaged (its .index file is missing): moved to %s; resuming ' \
+        'from %s' % (os.path.join(model_dir, 'model.ckpt-12'), damaged,
+                     os.path.join(model_dir, 'model.ckpt-10')) in result.stderr
+    assert steps_saved(model_dir) == [0, 5, 10, 12]
+    assert 'Traceback' not in result.stderr
+
+
+def test_a_second_trainer_is_refused_naming_the_first(dataset, tmp_path):
+    """The first run holds before its step 3; the second, on the same --model_dir, exits
+    2 naming the holder and changes nothing; the first then ends at --max_iter."""
+    model_dir = str(tmp_path / 'model')
+    first = Run(flags(dataset, model_dir, 4), str(tmp_path), hold=3)
+    try:
+        assert first.until(r'test gate: holding'), first.text()
+        before = checkpoint_files(model_dir)
+        second = run_train(*flags(dataset, model_dir, 4))
+        last = second.stderr.strip().splitlines()[-1]
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert re.match(r'train\.py: error: another trainer \(pid %d on host \S+ since '
+                        r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d .*\) is using %s: ' % (
+                            first.proc.pid, re.escape(model_dir)), last), last
+        assert checkpoint_files(model_dir) == before
+    finally:
+        first.release()
+    status, last = first.finish()
+    assert status == 0, first.text()
+    assert steps_saved(model_dir) == [0, 4]
