@@ -216,3 +216,81 @@ def test_a_second_trainer_is_refused_naming_the_first(dataset, tmp_path):
     status, last = first.finish()
     assert status == 0, first.text()
     assert steps_saved(model_dir) == [0, 4]
+
+
+def gone(pid):
+    """The process has ended (a zombie whose new parent has not reaped it yet counts)."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] in 'ZX'
+    except FileNotFoundError:
+        return True
+
+
+def launch(args, gate, hold):
+    """tools/launch_local_cluster.py running tests/gated_train.py in every task."""
+    env = dict(ENV, TRAIN_TEST_GATE='%d:%s' % (hold, gate))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, 'tools', 'launch_local_cluster.py'), '--program',
+         GATED] + args, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    return proc
+
+
+def read_until(proc, pattern, lines, pids):
+    for line in proc.stdout:
+        lines.append(line)
+        started = re.search(r'started (\S+), pid (\d+)', line)
+        if started:
+            pids[started.group(1)] = int(started.group(2))
+        if re.search(pattern, line):
+            return True
+    return False
+
+
+def test_the_launchers_tasks_die_with_it_and_a_forwarded_sigterm_saves(dataset, tmp_path):
+    """SIGKILL to the launcher (the OOM killer) while its tasks train: every task ends
+    (PR_SET_PDEATHSIG), none keeps training or listening. Then SIGTERM to a new launcher
+    on the same model directory: forwarded, the chief saves at its step and every task
+    ends; the launcher exits 143."""
+    model_dir = str(tmp_path / 'model')
+    args = ['--workers', '2', '--ps', '1', '--'] + flags(dataset, model_dir, 40)
+    for signum in (signal.SIGKILL, signal.SIGTERM):
+        gate = str(tmp_path / ('gate-%d' % signum))
+        proc = launch(args, gate, hold=30)
+        watchdog = threading.Timer(600, proc.kill)
+        watchdog.start()
+        lines, pids = [], {}
+        try:
+            assert read_until(proc, r'\[chief:0\] .*\bstep \d+: ', lines, pids), ''.join(lines)
+            assert set(pids) == {'chief:0', 'worker:0', 'ps:0'}, pids
+            proc.send_signal(signum)
+            open(gate, 'w').close()  # a task held at the gate goes on to its next step
+            lines += list(proc.stdout)
+            proc.wait()
+            # The event is each task's end; the bound only stops a broken run's test.
+            deadline = threading.Event()
+            timer = threading.Timer(120, deadline.set)
+            timer.start()
+            while not all(gone(pid) for pid in pids.values()) and not deadline.is_set():
+                deadline.wait(0.05)
+            timer.cancel()
+            survivors = [name for name, pid in pids.items() if not gone(pid)]
+        finally:
+            watchdog.cancel()
+            for pid in pids.values():
+                if not gone(pid):
+                    os.kill(pid, signal.SIGKILL)
+        assert not survivors, (signum, survivors, ''.join(lines[-30:]))
+        if signum == signal.SIGKILL:
+            assert proc.returncode == -signal.SIGKILL
+            continue
+        text = ''.join(lines)
+        assert proc.returncode == 143, text[-3000:]
+        saved = re.search(r'\[chief:0\] train\.py: stopped by SIGTERM at global step (\d+): '
+                          r'saved (\S+); rerun the same command to resume', text)
+        assert saved, text[-3000:]
+        assert saved.group(2) == os.path.join(model_dir, 'model.ckpt-%s' % saved.group(1))
+        assert tf.train.latest_checkpoint(model_dir) == saved.group(2)
+        assert re.search(r'\[worker:0\] train\.py: worker:0 stopped by SIGTERM', text), text
+        assert 'Traceback' not in text

@@ -364,7 +364,7 @@ def test_ctrl_c_stops_every_task(dataset, tmp_path):
     finally:
         launch.kill_all()
     assert launch.process.returncode == 130, launch.text[-3000:]
-    assert 'interrupted; stopping every task' in launch.text
+    assert 'SIGINT; forwarding it to every training task' in launch.text
     assert len(pids) == 3 and not survivors
 
 

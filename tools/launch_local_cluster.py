@@ -25,14 +25,20 @@ With --evaluator an `evaluator` task (not a member of the cluster; it reads the 
 checkpoints) evaluates each new checkpoint on the val split and exits after the last.
 A ps task never exits by itself: when the chief, every worker and the evaluator have
 finished, the ps tasks are stopped (SIGTERM, then SIGKILL). A training or evaluator task
-killed by a signal is restarted with the same TF_CONFIG and flags (up to --restarts times;
+killed by a signal (or stopped by one: exit status 143 / 130) is restarted with the same TF_CONFIG and flags (up to --restarts times;
 it resumes from the chief's checkpoints: in ps mode it rejoins the running job, in
 collective mode -- where the other workers cannot go on without it -- every training task
-is restarted). Any other failure stops every task. Ctrl-C stops every task (exit status
-130). Exit status 0 when the chief, every worker and the evaluator exited 0, 1 otherwise
-(2 on bad usage).
+is restarted). Any other failure stops every task. SIGTERM or SIGINT to the launcher is
+forwarded to the training tasks (the chief saves a checkpoint at its step) and waited for
+up to STOP_GRACE s before the ps tasks stop; exit status 128 + the signal. The tasks die
+with the launcher even when it is SIGKILLed (PR_SET_PDEATHSIG, Linux): SIGKILL, as without
+the launcher nobody would stop the ps tasks, and a chief whose ps is gone cannot save
+anyway (a rerun resumes from the last checkpoint). Exit status 0 when the chief, every
+worker and the evaluator exited 0, 1 otherwise (2 on bad usage).
 """
 import argparse
+import ctypes
+import ctypes.util
 import fcntl
 import json
 import os
@@ -55,6 +61,26 @@ PROGRAM = 'launch_local_cluster.py'
 
 
 LOWEST_PORT = 10000
+# Seconds the training tasks get to save and exit after a forwarded SIGTERM / SIGINT:
+# inside Kubernetes' 30 s grace (a ResNet-101 save takes about 2 s).
+STOP_GRACE = 25.0
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """A preexec_fn: the child gets SIGKILL when the launcher's thread that started it
+    dies (prctl PR_SET_PDEATHSIG; Linux only, elsewhere None). Resolved before any fork: the
+    child only calls it, and exits at once if the launcher died before the call."""
+    if not sys.platform.startswith('linux'):
+        return None
+    prctl = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec():
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
 
 
 def ephemeral_ports(path='/proc/sys/net/ipv4/ip_local_port_range'):
@@ -211,6 +237,9 @@ class Console(object):
         self.line(PROGRAM + ':', text)
 
 
+DIE_WITH_PARENT = die_with_parent()
+
+
 class Task(object):
     """One process of the cluster, started and restarted with the same TF_CONFIG."""
 
@@ -234,7 +263,8 @@ class Task(object):
         self.returncode = None
         self.process = subprocess.Popen(
             self.command, env=self.env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=DIE_WITH_PARENT)
         self._console.say('started %s, pid %d' % (self.name, self.process.pid))
         self._reader = threading.Thread(target=self._stream, args=(self.process,),
                                         daemon=True)
@@ -249,22 +279,23 @@ class Task(object):
             self.returncode = self.process.poll()
         return self.returncode
 
-    def terminate(self):
-        """SIGTERM to this task's process (by PID) if it is running."""
+    def terminate(self, signum=signal.SIGTERM):
+        """SIGTERM (or signum) to this task's process (by PID) if it is running."""
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(signum)
 
     def flush(self):
         if self._reader is not None:
             self._reader.join(5)
 
 
-def stop_all(tasks, grace):
-    """SIGTERM to every running task at once, SIGKILL to any still running `grace` seconds
-    later; then their output is drained. Bounded: grace + 5 s a task at most for the
-    draining, which only waits for a pipe a killed process can no longer hold."""
+def stop_all(tasks, grace, signum=signal.SIGTERM):
+    """SIGTERM (or signum) to every running task at once, SIGKILL to any still running
+    `grace` seconds later; then their output is drained. Bounded: grace + 5 s a task at
+    most for the draining, which only waits for a pipe a killed process can no longer
+    hold."""
     for task in tasks:
-        task.terminate()
+        task.terminate(signum)
     deadline = time.time() + grace
     for task in tasks:
         if task.process is None:
@@ -282,9 +313,14 @@ def describe_exit(code):
     return 'killed by signal %d' % -code if code < 0 else 'exited with status %d' % code
 
 
+# train.py's exit statuses after SIGTERM / SIGINT: stopped by a signal, as a kill is.
+STOPPED_BY_SIGNAL = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+
+
 def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
     """Runs the tasks to the end; returns the exit status (0 = every training task ok,
-    130 when stop_requested was set, e.g. by Ctrl-C, 1 otherwise)."""
+    128 + the signal when stop_requested was set by SIGTERM or SIGINT, 1 otherwise).
+    stop_requested: a threading.Event, and its attribute signum."""
     start = time.time()
     for task in tasks:
         if stop_requested.is_set():
@@ -301,7 +337,7 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
                 (t.returncode != 0 or not t.finishes)]
         for task in died:
             task.flush()
-            killed = task.returncode < 0
+            killed = task.returncode < 0 or task.returncode in STOPPED_BY_SIGNAL
             if not (task.finishes and killed and task.restarts < restarts):
                 say('%s %s; stopping every task' % (task.name, describe_exit(task.returncode)))
                 return 1
@@ -322,8 +358,9 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
             say('the chief and every worker%s finished in %.1f s' % (
                 '' if finishing == trainers else ' and the evaluator', time.time() - start))
             return 0
-    say('interrupted; stopping every task')
-    return 130
+    say('%s; forwarding it to every training task (the chief saves a checkpoint), then '
+        'stopping the ps tasks' % signal.Signals(stop_requested.signum).name)
+    return 128 + stop_requested.signum
 
 
 def main(argv=None):
@@ -429,15 +466,23 @@ def main(argv=None):
     # Ctrl-C and SIGTERM only set a flag that the launcher's loop polls: an exception
     # raised asynchronously could land inside a Popen or a lock and leave a task unknown.
     stop_requested = threading.Event()
+    stop_requested.signum = None
+
+    def stop(signum, frame):
+        stop_requested.signum = stop_requested.signum or signum
+        stop_requested.set()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda signum, frame: stop_requested.set())
+        signal.signal(signum, stop)
     status = 1
     try:
         status = run_cluster(tasks, args.distribution, args.restarts, args.timeout, say,
                              stop_requested)
     finally:
         # Training tasks first (a worker must not outlive its ps), then the ps tasks.
-        stop_all([t for t in tasks if t.finishes], grace=5.0 if status else 30.0)
+        if stop_requested.signum:
+            stop_all([t for t in tasks if t.finishes], STOP_GRACE, stop_requested.signum)
+        else:
+            stop_all([t for t in tasks if t.finishes], grace=5.0 if status else 30.0)
         stop_all([t for t in tasks if not t.finishes], grace=10.0)
         for task in tasks:
             code = task.process.returncode if task.process else None
