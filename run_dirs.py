@@ -21,7 +21,7 @@ LOCK_FILE = '.lock'
 # (checkpoint.tmp<hex>, graph.pbtxt.tmp<hex>) and ours (flags.txt.tmp).
 LEFTOVER = re.compile(r'^(model\.ckpt-\d+_temp.*|checkpoint\.tmp[0-9a-f]+|'
                       r'graph\.pbtxt\.tmp[0-9a-f]+|flags\.txt\.tmp)$')
-_held = []  # the open lock files: kept for the life of the process
+_held = {}  # directory -> the open lock file, until release_lock (or the process's end)
 
 
 class DirectoryError(ValueError):
@@ -48,9 +48,40 @@ def check_directory(path, flag):
 
 
 def hold_lock(directory, what):
-    """Takes the lock of `directory` for this process (what: the writer, e.g. 'trainer');
-    raises DirectoryError naming the holder when another process has it."""
+    """Takes the lock of `directory` for this process (what: the writer, e.g. 'trainer'),
+    until release_lock or the process's end; raises DirectoryError naming the holder when
+    another process has it. Taking it again in the same process is a no-op."""
+    if os.path.realpath(directory) in _held:
+        return
     path = os.path.join(directory, LOCK_FILE)
+    while True:
+        fd = _lock_file(path, what, directory)
+        try:  # the file may have been removed by a release since we opened it
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    now = datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M:%S %Z')
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, ('pid %d on host %s since %s\n' % (os.getpid(), socket.gethostname(),
+                                                     now)).encode(), 0)
+    _held[os.path.realpath(directory)] = fd
+
+
+def release_lock(directory):
+    """Gives the lock of `directory` back (removing its file) if this process holds it."""
+    fd = _held.pop(os.path.realpath(directory), None)
+    if fd is not None:
+        try:
+            os.remove(os.path.join(directory, LOCK_FILE))
+        finally:
+            os.close(fd)
+
+
+def _lock_file(path, what, directory):
+    """The open lock file at `path`, locked; DirectoryError naming the holder if it is
+    locked."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
@@ -66,12 +97,7 @@ def hold_lock(directory, what):
         os.close(fd)
         raise DirectoryError('another %s (%s) is using %s: wait for it to end, stop it, or '
                              'give another directory' % (what, holder, directory))
-    now = datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M:%S %Z')
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, ('pid %d on host %s since %s\n' % (os.getpid(), socket.gethostname(),
-                                                     now)).encode(), 0)
-    _held.append(fd)
-    return path
+    return fd
 
 
 def remove_leftovers(directory):

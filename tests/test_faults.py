@@ -294,3 +294,57 @@ def test_the_launchers_tasks_die_with_it_and_a_forwarded_sigterm_saves(dataset, 
         assert tf.train.latest_checkpoint(model_dir) == saved.group(2)
         assert re.search(r'\[worker:0\] train\.py: worker:0 stopped by SIGTERM', text), text
         assert 'Traceback' not in text
+
+
+def test_two_record_builders_on_one_split(tmp_path):
+    """Builder A holds the train split (one image is a named pipe with no writer, so A
+    waits there); builder B, with another list, exits 2 naming A and writes nothing. A
+    stopped by SIGINT is one line, status 130; B then builds the split."""
+    import numpy as np
+    from PIL import Image
+    images = tmp_path / 'images'
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3)).astype(np.uint8)).save(
+            str(images / ('%d.jpg' % i)))
+    os.mkfifo(str(images / 'pipe.jpg'))
+    (tmp_path / 'a.txt').write_text('0.jpg 0:1\npipe.jpg 1:1\n')
+    (tmp_path / 'b.txt').write_text('2.jpg 0:1\n3.jpg 1:1\n')
+    out = tmp_path / 'out'
+
+    def builder(list_file):
+        return [sys.executable, os.path.join(ROOT, 'tools', 'make_tfrecords.py'), '--out_dir',
+                str(out), '--image_root', str(images), '--class_num', '2', '--workers', '1',
+                str(list_file)]
+    a = subprocess.Popen(builder(tmp_path / 'a.txt'), cwd=ROOT, env=ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # The event: A holds the lock (its file names A's pid); the pipe keeps A there.
+        lock = out / 'train' / '.lock'
+        deadline = threading.Event()
+        timer = threading.Timer(120, deadline.set)
+        timer.start()
+        while not (lock.exists() and 'pid %d ' % a.pid in lock.read_text()) and \
+                a.poll() is None and not deadline.is_set():
+            deadline.wait(0.05)
+        timer.cancel()
+        b = subprocess.run(builder(tmp_path / 'b.txt'), cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=300)
+        assert b.returncode == 2, b.stderr
+        assert re.search(r'make_tfrecords\.py: error: another make_tfrecords\.py \(pid %d on '
+                         r'host \S+ since .*\) is using %s' % (a.pid, re.escape(
+                             str(out / 'train'))), b.stderr), b.stderr
+        assert sorted(os.listdir(out / 'train')) == ['.lock']
+        a.send_signal(signal.SIGINT)
+        a_err = a.communicate(timeout=120)[1]
+    finally:
+        a.kill()
+        a.wait()
+    assert a.returncode == 130, a_err
+    assert a_err.strip().splitlines()[-1].startswith('make_tfrecords.py: error: interrupted')
+    assert 'Traceback' not in a_err
+    b = subprocess.run(builder(tmp_path / 'b.txt'), cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=300)
+    assert b.returncode == 0, b.stderr
+    assert sorted(os.listdir(out / 'train')) == ['0.tfrecords', 'records.txt']
