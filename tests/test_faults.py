@@ -348,3 +348,129 @@ def test_two_record_builders_on_one_split(tmp_path):
                        text=True, timeout=300)
     assert b.returncode == 0, b.stderr
     assert sorted(os.listdir(out / 'train')) == ['0.tfrecords', 'records.txt']
+
+
+def test_a_second_signal_exits_at_once(dataset, tmp_path):
+    """The first SIGINT asks for the save after the step in flight; while the run holds
+    (the gate), a second one exits at once: status 130, one line, checkpoints unchanged."""
+    model_dir = str(tmp_path / 'model')
+    run = Run(flags(dataset, model_dir, 12), str(tmp_path), hold=4)
+    assert run.until(r'test gate: holding'), run.text()
+    before = checkpoint_files(model_dir)
+    run.proc.send_signal(signal.SIGINT)
+    assert run.until(r'SIGINT: finishing the step in flight'), run.text()
+    run.proc.send_signal(signal.SIGINT)
+    status, last = run.finish()
+    assert status == 130, run.text()
+    assert last.startswith('train.py: SIGINT again: exiting at once'), last
+    assert checkpoint_files(model_dir) == before
+
+
+def make_split_empty(dataset, tmp_path, split):
+    import shutil
+    data = str(tmp_path / ('empty_' + split))
+    shutil.copytree(dataset, data)
+    directory = os.path.join(data, split)
+    shutil.rmtree(directory)
+    os.makedirs(directory)
+    open(os.path.join(directory, '0.tfrecords'), 'wb').close()
+    return data
+
+
+@pytest.mark.parametrize('split,mode', [('train', 'train'), ('val', 'eval'),
+                                        ('val', 'train_and_eval')])
+def test_an_empty_split_is_refused_before_anything_is_written(dataset, trained, tmp_path,
+                                                              split, mode):
+    data = make_split_empty(dataset, tmp_path, split)
+    model_dir = copy_model(trained, tmp_path) if mode == 'eval' else str(tmp_path / 'model')
+    before = sorted(os.listdir(model_dir)) if mode == 'eval' else None
+    result = run_train(*flags(data, model_dir, 12, '--mode=' + mode, '--test_interval=5'))
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert last == ('train.py: error: the split %s holds no record (1 shard file, all '
+                    'empty): build it again with tools/make_tfrecords.py'
+                    % os.path.join(data, split)), last
+    assert (sorted(os.listdir(model_dir)) == before) if mode == 'eval' else \
+        not os.path.exists(model_dir)
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf', '-1'])
+def test_a_learning_rate_out_of_range_is_refused_at_start(dataset, tmp_path, value):
+    model_dir = str(tmp_path / 'model')
+    result = run_train(*flags(dataset, model_dir, 4, '--lr=' + value))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2
+    assert lines[-1] == 'train.py: error: --lr must be > 0 and finite, got %s' % value, lines
+    assert not os.path.exists(model_dir)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A read-only file system (a tmpfs mounted ro; root ignores file modes)."""
+    path = tmp_path / 'ro'
+    path.mkdir()
+    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro,size=1m', 'tmpfs', str(path)],
+                      capture_output=True).returncode != 0:
+        pytest.skip('cannot mount a tmpfs here (needs root)')
+    yield str(path)
+    subprocess.run(['umount', str(path)])
+
+
+def test_unusable_directories_are_one_line_before_anything_is_written(dataset, tmp_path,
+                                                                      read_only_dir):
+    a_file = str(tmp_path / 'a_file')
+    open(a_file, 'w').close()
+    model_dir = str(tmp_path / 'model')
+    cases = [
+        (['--model_dir=' + a_file], '--model_dir=%s is a file, not a directory: give a '
+         'directory (or move the file away)' % a_file),
+        (['--model_dir=' + os.path.join(read_only_dir, 'm')], '--model_dir=%s cannot be '
+         'written (Read-only file system): give a directory this user can write'
+         % os.path.join(read_only_dir, 'm')),
+        (['--log_dir=' + os.path.join(read_only_dir, 'log')], '--log_dir=%s cannot be '
+         'written (Read-only file system): give a directory this user can write'
+         % os.path.join(read_only_dir, 'log')),
+    ]
+    for more, message in cases:
+        result = run_train(*flags(dataset, model_dir, 4, '--log_dir=' + str(tmp_path / 'log'),
+                                  *more))
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == 'train.py: error: ' + message
+        assert 'Traceback' not in result.stderr
+        assert not os.path.exists(model_dir) and os.path.getsize(a_file) == 0
+        assert os.listdir(read_only_dir) == []
+
+
+def test_a_full_disk_is_one_line_leaves_no_temporary_and_the_rerun_resumes(dataset,
+                                                                          tmp_path):
+    """A tmpfs with room for one checkpoint: the save of step 3 fails; one line naming
+    --model_dir and the checkpoint, exit 1, no model.ckpt-3_temp/, model.ckpt-0 kept
+    byte-equal; with room made, the rerun resumes from 0 and ends at --max_iter."""
+    disk = tmp_path / 'disk'
+    disk.mkdir()
+    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=140m', 'tmpfs', str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip('cannot mount a tmpfs here (needs root)')
+    try:
+        model_dir = str(disk / 'model')
+        args = flags(dataset, model_dir, 6, '--snapshot=3')
+        result = run_train(*args)
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert last.startswith('train.py: error: no space left on device writing the '
+                               'checkpoint model.ckpt-3 in --model_dir=%s at step 3: free '
+                               'space' % model_dir), last
+        assert last.endswith('rerun the same command to resume; the last checkpoint '
+                             'model.ckpt-0 is kept') and 'Hint' not in last, last
+        assert not [n for n in os.listdir(model_dir) if '_temp' in n or '.tmp' in n]
+        assert steps_saved(model_dir) == [0]
+        before = checkpoint_files(model_dir)
+        subprocess.run(['mount', '-o', 'remount,size=400m', str(disk)], check=True)
+        rerun = run_train(*args)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert steps_saved(model_dir) == [0, 3, 6]
+        after = checkpoint_files(model_dir)
+        assert {n: after[n] for n in before if n.startswith('model.ckpt-0.')} == \
+            {n: h for n, h in before.items() if n.startswith('model.ckpt-0.')}
+    finally:
+        subprocess.run(['umount', '-l', str(disk)])
