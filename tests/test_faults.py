@@ -80,10 +80,15 @@ class Run(object):
         return ''.join(self.lines[-40:])
 
 
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_the_step_and_the_rerun_resumes(dataset, tmp_path, signum):
+@pytest.mark.parametrize('signum,mode', [(signal.SIGTERM, 'train'), (signal.SIGINT, 'train'),
+                                         (signal.SIGTERM, 'train_and_eval')])
+def test_a_signal_saves_the_step_and_the_rerun_resumes(dataset, tmp_path, signum, mode):
+    """The signal lands after step 3 while the run holds before its step 7: it stops at
+    a step in [3, 7], saves it, says so in one line and exits 128 + signal; the rerun
+    restores that checkpoint and ends at --max_iter."""
     model_dir = str(tmp_path / 'model')
-    args = flags(dataset, model_dir, 12)
+    args = flags(dataset, model_dir, 12, '--mode=' + mode, '--test_interval=5',
+                 '--test_iter=1')
     run = Run(args, str(tmp_path), hold=7)
     assert run.until(r'\bstep 3: '), run.text()
     run.proc.send_signal(signum)
@@ -98,6 +103,9 @@ def test_a_signal_saves_the_step_and_the_rerun_resumes(dataset, tmp_path, signum
     assert match.group(2) == os.path.join(model_dir, 'model.ckpt-%d' % step)
     assert steps_saved(model_dir) == [0, step]
     assert 'Traceback' not in ''.join(run.lines)
+    if mode == 'train_and_eval':
+        assert not [l for l in run.lines if 'evaluated ' in l and step < 5]
+        return  # the rerun is the same as in train mode
     rerun = run_train(*args)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert 'Restoring parameters from %s' % match.group(2) in rerun.stderr
