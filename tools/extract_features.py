@@ -83,8 +83,12 @@ def main(argv=None):
                                                   args.batch_size, PROG)
         return counts + (predictor.feature_dim,)
 
-    result = _predict.with_predictor(args, work, error,
-                                     list_separator=' ' if args.format == 'original' else None)
+    try:
+        result = _predict.with_predictor(
+            args, work, error, list_separator=' ' if args.format == 'original' else None)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
+        error('interrupted; the output may be incomplete')
+        return 130
     if result is None:
         return 2
     processed, skipped, dim = result

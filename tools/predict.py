@@ -289,8 +289,12 @@ def main(argv=None):
                                    args.batch_size, args.top_k, threshold, names, PROG,
                                    tree, args.consistent)
 
-    result = with_predictor(args, work, error, args.top_k,
-                            '\t' if args.format == 'original' else None)
+    try:
+        result = with_predictor(args, work, error, args.top_k,
+                                '\t' if args.format == 'original' else None)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
+        error('interrupted; the output may be incomplete')
+        return 130
     if result is None:
         return 2
     processed, skipped = result
