@@ -1,13 +1,23 @@
-"""Checkpoints: finding them, reading what model they hold, the original's counter names,
-and which variables fine-tuning takes over (warm start).
+"""Checkpoints: finding them, checking them, reading what model they hold, the original's
+counter names, and which variables fine-tuning takes over (warm start).
+
+Finding: the state file `checkpoint` names the latest; when it is missing, empty, garbled
+or names a missing checkpoint, the newest `model.ckpt-N.index` is the latest instead (so a
+broken state file never makes a run start over). Checking (damage): a checkpoint is good
+when its index reads and every tensor of its data files reads whole (TensorFlow checks each
+one's length and checksum). recover, at the start of training: the newest good checkpoint
+becomes the latest; the damaged newer ones move to <model_dir>/damaged/ (never deleted).
 
 The original left its two loss counters unnamed, so its checkpoints hold them as
 `Variable` (pos_count) and `Variable_1` (neg_count); a model_dir whose latest checkpoint
 has them is continued with a saver that keeps those names (legacy_saver).
 """
+import os
 import re
 
 import tensorflow.compat.v1 as tf
+from google.protobuf import text_format
+from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
 import resnet
 from errors import UsageError, op_error_text
@@ -16,9 +26,123 @@ from errors import UsageError, op_error_text
 LEGACY_COUNTER_NAMES = {'pos_count': 'Variable', 'neg_count': 'Variable_1'}
 
 
+STATE_FILE = 'checkpoint'
+DAMAGED_DIR = 'damaged'
+CHECKPOINT_FILE = re.compile(r'^(model\.ckpt-(\d+))\.(index|meta|data-\d+-of-\d+)$')
+
+
+def listed_checkpoints(model_dir):
+    """{global step: prefix} of every model.ckpt-N that has a file in model_dir."""
+    found = {}
+    for name in os.listdir(model_dir):
+        match = CHECKPOINT_FILE.match(name)
+        if match:
+            found[int(match.group(2))] = os.path.join(model_dir, match.group(1))
+    return found
+
+
+def state_checkpoint(model_dir):
+    """(prefix, problem) of the state file: the checkpoint it names (joined to model_dir when
+    relative) and None, or None and what is wrong (missing, garbled, names a missing one)."""
+    path = os.path.join(model_dir, STATE_FILE)
+    try:
+        with open(path, 'rb') as f:
+            state = text_format.Parse(f.read().decode('utf-8'), CheckpointState())
+    except FileNotFoundError:
+        return None, 'missing'
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return None, 'garbled'
+    if not state.model_checkpoint_path:
+        return None, 'empty'
+    prefix = os.path.join(model_dir, state.model_checkpoint_path)
+    if not os.path.isfile(prefix + '.index'):
+        return None, 'names %s, which has no .index file' % state.model_checkpoint_path
+    return prefix, None
+
+
 def latest_checkpoint(model_dir):
-    """The newest checkpoint in model_dir; None without one (or without the directory)."""
-    return tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    """The latest checkpoint in model_dir: the state file's, else the newest with an
+    index file; None without one (or without the directory)."""
+    if '://' in model_dir:  # a remote file system: TensorFlow's own reading
+        return tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    if not os.path.isdir(model_dir):
+        return None
+    prefix, _ = state_checkpoint(model_dir)
+    if prefix:
+        return prefix
+    indexed = [step for step, p in listed_checkpoints(model_dir).items()
+               if os.path.isfile(p + '.index')]
+    return listed_checkpoints(model_dir)[max(indexed)] if indexed else None
+
+
+def damage(prefix):
+    """What is wrong with the checkpoint `prefix`, None when its index and every tensor
+    read whole (a missing or short data file, a checksum that does not match...)."""
+    if not os.path.isfile(prefix + '.index'):
+        return 'its .index file is missing'
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except Exception as e:  # pylint: disable=broad-except -- the reader raises IndexError,
+        # ValueError, OpError... for what is only "this checkpoint does not read"
+        return (op_error_text(e) or type(e).__name__).split('\n')[0]
+    return None
+
+
+def move_aside(prefix):
+    """Moves every file of the checkpoint `prefix` to <its directory>/damaged/ (a name
+    taken there gets a suffix .1, .2 ...); returns that directory."""
+    model_dir, base = os.path.split(prefix)
+    target = os.path.join(model_dir, DAMAGED_DIR)
+    os.makedirs(target, exist_ok=True)
+    for name in sorted(os.listdir(model_dir)):
+        if name.startswith(base + '.'):
+            dest, n = os.path.join(target, name), 0
+            while os.path.exists(dest):
+                n += 1
+                dest = os.path.join(target, '%s.%d' % (name, n))
+            os.replace(os.path.join(model_dir, name), dest)
+    return target
+
+
+def recover(model_dir):
+    """Makes the newest good checkpoint of model_dir the one training resumes from (the
+    state file's when it names a good one): damaged newer ones are moved aside, the state
+    file is rewritten, one warning says which was used. Returns it (None: no checkpoint);
+    UsageError when there are checkpoints and none is good."""
+    listed = listed_checkpoints(model_dir) if '://' not in model_dir else {}
+    if not listed:
+        return None
+    named, problem = state_checkpoint(model_dir)
+    if named and damage(named) is None:
+        return named
+    damaged, good = [], None
+    for step in sorted(listed, reverse=True):
+        why = damage(listed[step])
+        if why is None:
+            good = listed[step]
+            break
+        damaged.append((listed[step], why))
+    if good is None:
+        raise UsageError(
+            'no checkpoint in --model_dir=%s restores (%s: %s): training would start over; '
+            'move them away to start afresh, or give another --model_dir' % (
+                model_dir, os.path.basename(damaged[0][0]), damaged[0][1]))
+    for prefix, _ in damaged:
+        move_aside(prefix)
+    rest = [os.path.basename(p) for step, p in sorted(listed.items())
+            if p not in dict(damaged) and os.path.isfile(p + '.index')]
+    tf.train.update_checkpoint_state(model_dir, os.path.basename(good), rest)
+    if damaged:
+        tf.logging.warning('checkpoint %s is damaged (%s): moved to %s; resuming from %s, the '
+                           'newest checkpoint that restores', damaged[0][0], damaged[0][1],
+                           os.path.join(model_dir, DAMAGED_DIR), good)
+    else:
+        tf.logging.warning('the checkpoint state file %s is %s: resuming from %s, the newest '
+                           'checkpoint that restores (the state file is rewritten)',
+                           os.path.join(model_dir, STATE_FILE), problem, good)
+    return good
 
 
 def has_legacy_counters(model_dir):
@@ -26,7 +150,10 @@ def has_legacy_counters(model_dir):
     path = latest_checkpoint(model_dir)
     if not path:
         return False
-    names = {name for name, _ in tf.train.list_variables(path)}
+    try:
+        names = {name for name, _ in tf.train.list_variables(path)}
+    except (tf.errors.OpError, ValueError):
+        return False  # a damaged checkpoint: recover (or the restore) reports it
     return 'pos_count' not in names and set(LEGACY_COUNTER_NAMES.values()) <= names
 
 
@@ -54,14 +181,20 @@ def check_checkpoint_head(path, class_num):
 
 
 def resolve_checkpoint(path, flag):
-    """A checkpoint prefix, or a directory -> its latest checkpoint; UsageError if none."""
+    """A checkpoint prefix, or a directory -> its latest checkpoint; UsageError if none or
+    if it is damaged (naming the file)."""
     if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = latest_checkpoint(path)
         if not latest:
             raise UsageError('--%s=%s: the directory holds no checkpoint' % (flag, path))
-        return latest
-    if not tf.train.checkpoint_exists(path):
+        path = latest
+    elif not tf.train.checkpoint_exists(path):
         raise UsageError('--%s=%s does not exist' % (flag, path))
+    why = damage(path) if '://' not in path else None
+    if why:
+        raise UsageError('checkpoint %s is damaged (%s): give %s' % (
+            path, why, 'another --%s' % flag if flag == 'pretrain_ckpt'
+            else '--checkpoint_path of a good one'))
     return path
 
 

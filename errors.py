@@ -2,7 +2,8 @@
 
 UsageError: a bad flag value or input, found before any graph is built (exit status 2).
 TrainingError: training, evaluation or prediction started and then stopped (exit status 1).
-Bad or missing data is file_db.DataError (exit status 2).
+Bad or missing data is file_db.DataError (exit status 2). Interrupted and Stopped: a
+signal (exit status 128 + the signal: 143 for SIGTERM, 130 for SIGINT).
 """
 
 
@@ -19,5 +20,25 @@ def op_error_text(error):
     error:' header, node names and stack traces."""
     boilerplate = ('Graph execution error:', 'Detected at node', 'File "', 'Node:', '[[')
     lines = [line.strip() for line in str(getattr(error, 'message', error)).splitlines()]
-    return ' '.join(l for l in lines if l and not l.startswith(boilerplate)) or \
+    text = ' '.join(l for l in lines if l and not l.startswith(boilerplate))
+    # TensorFlow adds its out-of-memory hint to every ResourceExhaustedError, a full disk's too.
+    return text.split(' Hint: If you want to see a list of allocated tensors')[0].strip() or \
         type(error).__name__
+
+
+class Interrupted(Exception):
+    """Training stopped on SIGTERM or SIGINT after its step in flight (the chief saved a
+    checkpoint): reported as one line, exit status 128 + the signal (143, 130)."""
+
+    def __init__(self, signum, message):
+        super().__init__(message)
+        self.signum = signum
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGINT outside a training session (start-up, evaluation, prediction):
+    raised where the program is, reported as one line, exit status 128 + the signal."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum

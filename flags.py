@@ -16,7 +16,7 @@ import functools
 from absl import flags
 from absl import logging as _absl_logging  # noqa: F401 -- defines --log_dir, reused below
 
-from value_checks import at_least, fraction, one_of, owned, positive
+import value_checks as checks
 
 FLAGS = flags.FLAGS
 
@@ -301,8 +301,8 @@ for _alias, _target in ALIASES.items():
 
 
 # ------------------------------------------------------------------ the valid values
-# One table: flag name -> check(name, value) returning what is wrong, else None (the common
-# kinds in value_checks); checks across flags are _rules below.
+# One table: flag name -> check(name, value) returning what is wrong, else None (built with
+# value_checks); checks across flags are _rules below.
 
 MODES = ('train', 'eval', 'train_and_eval', 'predict', 'export')
 OPTIMIZERS = ('mom', 'sgd')
@@ -314,7 +314,7 @@ def _mode(name, value):
 
 
 def _resnet_size(name, value):
-    sizes = owned('resnet', 'SUPPORTED_SIZES')
+    sizes = checks.owned('resnet', 'SUPPORTED_SIZES')
     return None if value in sizes else '--resnet_size=%d is not supported; use one of %s' % (
         value, ', '.join(map(str, sizes)))
 
@@ -330,7 +330,7 @@ def _max_iter(name, value):
 
 
 def _area_cover(name, value):
-    return fraction(name, value) or (
+    return checks.fraction(name, value) or (
         None if value > 0 else '--area_cover must be > 0 (the crop needs some area), got %g'
         % value)
 
@@ -341,57 +341,75 @@ def _image_channels(name, value):
 
 
 def _lr_schedule(name, value):
-    schedules = owned('lr_schedule', 'SCHEDULES')
+    schedules = checks.owned('lr_schedule', 'SCHEDULES')
     return None if value in schedules else '--lr_schedule must be %s, got %r' % (
         ' or '.join(schedules), value)
 
 
 def _augment_on(name, value):
-    choices = ('auto',) + tuple(owned('input_pipeline', 'AUGMENT_ON'))
+    choices = ('auto',) + tuple(checks.owned('input_pipeline', 'AUGMENT_ON'))
     if value in choices:
         return None
     return '--augment_on must be %s or %s, got %r' % (', '.join(choices[:-1]), choices[-1], value)
 
 
 def _preprocess(name, value):
-    return None if value in owned('serving', 'PREPROCESSING') else (
+    return None if value in checks.owned('serving', 'PREPROCESSING') else (
         '--preprocess must be original (the original\'s inference) or eval (the evaluation '
         'crop), got %r' % value)
 
 
 CHECKS = {
     'mode': _mode,
-    'max_to_keep': positive,
-    'batch_size': positive,
-    'object_cover': fraction,
+    'max_to_keep': checks.positive,
+    'batch_size': checks.positive,
+    'num_preprocess_threads': checks.at_least(0, '0 = AUTOTUNE'),
+    'file_shuffle_buffer': checks.at_least(1, '1 = no shuffle'),
+    'shuffle_buffer': checks.at_least(1, '1 = no shuffle'),
+    'object_cover': checks.fraction,
     'area_cover': _area_cover,
-    'class_num': positive,
+    'class_num': checks.positive,
     'resnet_size': _resnet_size,
-    'image_size': positive,
+    'image_size': checks.positive,
     'image_channels': _image_channels,
-    'neg_select': fraction,
-    'num_gpus': at_least(1),
+    'batch_norm_decay': checks.fraction,
+    'batch_norm_epsilon': checks.finite(0),
+    'mask_thres': checks.fraction,
+    'neg_select': checks.fraction,
+    'drop_rate': checks.fraction,
+    'num_gpus': checks.at_least(1),
+    'opt_momentum': checks.finite(0, inclusive=True, high=1),
     'optimizer': _optimizer,
-    'lr_decay_step': at_least(0, '0 = no decay'),
+    'lr': checks.finite(0),
+    'lr_decay_step': checks.at_least(0, '0 = no decay'),
+    'lr_decay_factor': checks.finite(0),
+    'weight_decay': checks.finite(0, inclusive=True),
+    'warmup': checks.at_least(0, '0 = no warm-up'),
+    'lr_warmup': checks.finite(0),
+    'lr_warmup_decay_step': checks.at_least(0),
+    'lr_warmup_decay_factor': checks.finite(0),
     'max_iter': _max_iter,
-    'label_type': one_of('records', 'LABEL_TYPES'),
+    'epoch_iter': checks.at_least(0),
+    'label_type': checks.one_of('records', 'LABEL_TYPES'),
     'lr_schedule': _lr_schedule,
-    'bn_weight_decay': at_least(0, '0 = no L2 on batch norm, 0.1 = finetune.py\'s'),
-    'frozen_bn': one_of('resnet', 'FROZEN_BN_MODES', '--frozen_bn must be train or inference, '
-                         'got %r'),
-    'log_interval': positive,
-    'summary_interval': at_least(0, '0 = --log_interval'),
-    'snapshot': positive,
+    'bn_weight_decay': checks.finite(0, inclusive=True,
+                                     meaning='0 = no L2 on batch norm, 0.1 = finetune.py\'s'),
+    'frozen_bn': checks.one_of('resnet', 'FROZEN_BN_MODES',
+                               '--frozen_bn must be train or inference, got %r'),
+    'log_interval': checks.positive,
+    'summary_interval': checks.at_least(0, '0 = --log_interval'),
+    'snapshot': checks.positive,
     'augment_on': _augment_on,
-    'private_threads': at_least(0),
-    'dtype': one_of('precision', 'DTYPES'),
-    'tf_gpu_thread_mode': one_of('devices', 'GPU_THREAD_MODES'),
-    'inter_op_threads': at_least(0, '0 = TensorFlow\'s choice'),
-    'intra_op_threads': at_least(0, '0 = TensorFlow\'s choice'),
-    'test_iter': at_least(0, '0 = the whole val split'),
-    'eval_throttle_secs': at_least(0),
-    'top_k': positive,
-    'threshold': fraction,
+    'private_threads': checks.at_least(0),
+    'dtype': checks.one_of('precision', 'DTYPES'),
+    'tf_gpu_thread_mode': checks.one_of('devices', 'GPU_THREAD_MODES'),
+    'inter_op_threads': checks.at_least(0, '0 = TensorFlow\'s choice'),
+    'intra_op_threads': checks.at_least(0, '0 = TensorFlow\'s choice'),
+    'test_interval': checks.at_least(0),
+    'test_iter': checks.at_least(0, '0 = the whole val split'),
+    'eval_throttle_secs': checks.at_least(0),
+    'top_k': checks.positive,
+    'threshold': checks.fraction,
     'preprocess': _preprocess,
 }
 
@@ -422,7 +440,7 @@ def problems(opts):
     found = [CHECKS[name](name, getattr(opts, name)) for name in Options._fields
              if name in CHECKS]
     return [p for p in found if p] + [message for bad, message in _rules(opts) if bad] + \
-        owned('cluster_flags', 'problems')(opts)
+        checks.owned('cluster_flags', 'problems')(opts)
 
 
 def validate(opts):

@@ -1,6 +1,6 @@
 """Session hooks of a training run: the log line of every interval, the step a failure
 happened at, the asynchronous stop at the last global step, and the end of a session that
-only ever restarts.
+only ever restarts, and the stop a signal asks for (StopOnRequestHook).
 
 The log line, every `every_n` steps of this worker and once more at the end:
 
@@ -36,6 +36,7 @@ class TrainingLogHook(tf.train.SessionRunHook):
     def begin(self):
         self._global_step = tf.train.get_global_step()
         self._iter = 0
+        self._values = None  # until a step completes
 
     def after_create_session(self, session, coord):
         self._start = self._last_time = time.time()
@@ -56,7 +57,7 @@ class TrainingLogHook(tf.train.SessionRunHook):
             self._log(run_context.session)
 
     def end(self, session):
-        if self._iter != self._last_iter:
+        if self._iter != self._last_iter and self._values is not None:
             self._log(session)
         elapsed = time.time() - self._start
         tf.logging.info('throughput %s, whole run: %s over %.1f s (%d steps of this worker, '
@@ -157,4 +158,16 @@ class StopAtGlobalStepHook(tf.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         if run_context.session.run(self._global_step) >= self._last_step:
+            run_context.request_stop()
+
+
+class StopOnRequestHook(tf.train.SessionRunHook):
+    """Ends the session after the step in flight once requested() is true (a signal:
+    preemption.Preemption); the session's end then saves the checkpoint."""
+
+    def __init__(self, requested):
+        self._requested = requested
+
+    def after_run(self, run_context, run_values):
+        if self._requested():
             run_context.request_stop()

@@ -193,6 +193,25 @@ def check_label_length(files, class_num, label_type='multi'):
                 % (path, int(found) if found == int(found) else found, class_num))
 
 
+def check_not_empty(files, split_dir):
+    """A split none of whose shard files holds a record is a DataError naming it (counted by
+    records.txt when it lists them all, else by reading up to one record of each)."""
+    total = file_db.record_count(files)
+    if total is None:
+        total = sum(1 for path in files if _has_a_record(path))
+    if not total:
+        raise file_db.DataError('the split %s holds no record (%d shard file%s, all empty): '
+                                'build it again with tools/make_tfrecords.py' % (
+                                    split_dir, len(files), '' if len(files) == 1 else 's'))
+
+
+def _has_a_record(path):
+    try:
+        return next(iter(tf.io.tf_record_iterator(path)), None) is not None
+    except tf.errors.OpError:
+        return True  # unreadable, not empty: training names it
+
+
 # ---------------------------------------------------------------------------- writing
 
 def make_example(jpeg_bytes, label, width, height, name, label_layout='dense'):

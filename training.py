@@ -8,9 +8,12 @@ train_and_eval mode; in a TF_CONFIG cluster tf.estimator.train_and_evaluate. eva
 checkpoint on test_iter batches of val. Errors: errors.UsageError before a graph exists,
 errors.TrainingError (one line with what to do) after.
 """
+import contextlib
 import functools
 import logging
 import os
+import re
+import signal
 
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
@@ -24,10 +27,14 @@ import hierarchy
 import hooks
 import input_pipeline
 import model_fn
+import preemption
 import records
 import resnet
+import run_dirs
 import run_settings
-from errors import TrainingError, UsageError, op_error_text
+from errors import Interrupted, TrainingError, UsageError, op_error_text
+
+PROGRAM = 'train.py'  # the prefix of the line a second signal writes
 
 
 def training_steps(opts):
@@ -110,6 +117,7 @@ def training_files(opts, plan):
     files = file_db.list_shards(opts.data_dir, 'train', opts.file_pattern)
     share, record_shard = file_db.data_share(files, plan.worker_num, plan.worker_id)
     records.check_label_length(share, opts.class_num, opts.label_type)
+    records.check_not_empty(files, os.path.join(opts.data_dir, 'train'))
     return share, record_shard
 
 
@@ -117,6 +125,7 @@ def evaluation_files(opts):
     """All val shard files, checked like the training ones."""
     files = file_db.list_shards(opts.data_dir, 'val', opts.file_pattern)
     records.check_label_length(files, opts.class_num, opts.label_type)
+    records.check_not_empty(files, os.path.join(opts.data_dir, 'val'))
     return files
 
 
@@ -159,11 +168,25 @@ PLACEMENT_ERRORS = ('Cannot assign a device for operation',
                     'no supported kernel for GPU devices')
 
 
+# A file system that refuses a write (a checkpoint, an event file): the fix of each.
+DISK_ERRORS = {'No space left on device': 'free space on the disk of --model_dir=%s (or give '
+                                          'another --model_dir)',
+               'Read-only file system': 'give a --model_dir on a writable disk (not %s)',
+               'Permission denied': 'make --model_dir=%s writable for this user'}
+
+
 def describe_failure(error, opts, step):
     """One line for an error that stopped training, with what to do about it."""
     first_line = op_error_text(error)
     kept = what_is_kept(opts.model_dir)
     at = ' at step %d' % step if step is not None else ''
+    for cause, fix in DISK_ERRORS.items():
+        if cause in error.message:
+            saving = re.search(r'(model\.ckpt-\d+)_temp', first_line)
+            return ('%s writing %s in --model_dir=%s%s: %s, then rerun the same command to '
+                    'resume; %s' % (cause.lower(), 'the checkpoint ' + saving.group(1)
+                                    if saving else 'a file', opts.model_dir, at,
+                                    fix % opts.model_dir, kept))
     if model_fn.NON_FINITE_LOSS in error.message or \
             model_fn.NON_FINITE_SUMMARY in error.message:
         return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
@@ -193,14 +216,25 @@ def describe_restart_loop(restarts, opts, step):
 
 
 def what_is_kept(model_dir):
-    last = tf.train.latest_checkpoint(model_dir)
+    last = checkpoints.latest_checkpoint(model_dir)
     return ('the last checkpoint %s is kept' % os.path.basename(last) if last
             else 'no checkpoint was written')
 
 
+def resume_point(model_dir):
+    """The chief's start in its model directory: the leftovers of a killed run removed, the
+    checkpoint to resume from made the latest (checkpoints.recover: a broken state file or
+    a damaged newest checkpoint never makes a run start over)."""
+    left = run_dirs.remove_leftovers(model_dir)
+    if left:
+        tf.logging.info('removed what an earlier run left unfinished in %s: %s', model_dir,
+                        ', '.join(left))
+    checkpoints.recover(model_dir)
+
+
 def log_to_file(log_dir, name='train.log'):
     """Copies TensorFlow's log (ours and the Estimator's) to <log_dir>/<name>."""
-    os.makedirs(log_dir, exist_ok=True)
+    run_dirs.check_directory(log_dir, 'log_dir')
     handler = logging.FileHandler(os.path.join(log_dir, name))
     handler.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
     logging.getLogger('tensorflow').addHandler(handler)
@@ -230,25 +264,27 @@ def format_metrics(results):
                      if k != 'global_step')
 
 
-def evaluate(opts, estimator=None, checkpoint_path=None, files=None):
+def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
     """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
     Without an estimator: --checkpoint_path, else the latest in --model_dir."""
     if estimator is None:
         files = evaluation_files(opts)
-        checkpoint_path = opts.checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
-        if not checkpoint_path:
+        if opts.checkpoint_path:
+            checkpoint_path = checkpoints.resolve_checkpoint(opts.checkpoint_path,
+                                                             'checkpoint_path')
+        elif not checkpoints.latest_checkpoint(opts.model_dir):
             raise UsageError('no checkpoint to evaluate in --model_dir=%s (give '
                              '--checkpoint_path)' % opts.model_dir)
-        if not tf.train.checkpoint_exists(checkpoint_path):
-            raise UsageError('--checkpoint_path=%s does not exist' % checkpoint_path)
+        else:
+            checkpoint_path = checkpoints.resolve_checkpoint(opts.model_dir, 'model_dir')
         log_to_file(opts.log_dir)
         estimator = make_estimator(opts, model_run(opts, data_format(opts)))
-    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(opts.model_dir)
+    checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
     checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
     try:
         results = estimator.evaluate(eval_input_fn(opts, files),
                                      steps=evaluation_batches(opts),
-                                     checkpoint_path=checkpoint_path)
+                                     checkpoint_path=checkpoint_path, hooks=run_hooks)
     except tf.errors.OpError as e:
         raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
     tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
@@ -304,7 +340,14 @@ def train(opts, settings=None, extra_hooks=()):
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
                  else None)
     warm_start = pretrained_variables(opts, layout)
+    chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
+    run_dirs.check_directory(opts.log_dir, 'log_dir')
+    if chief:  # one trainer a model directory; evaluators and other tasks only read it
+        run_dirs.check_directory(opts.model_dir, 'model_dir')
+        run_dirs.hold_lock(opts.model_dir, 'trainer')
     log_to_file(opts.log_dir, plan.log_name)
+    if chief:
+        resume_point(opts.model_dir)
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
                     distribute.describe_devices(plan, opts.batch_size), devices.gpu_count())
     if plan.trains:
@@ -344,7 +387,9 @@ def train(opts, settings=None, extra_hooks=()):
     run = model_run(opts, layout, plan, log_fine_tuning(opts, warm_start))
     estimator = make_estimator(opts, run, plan)
     tracker = hooks.StepTracker()
-    run_hooks = [tracker, hooks.RestartLimitHook()] + list(extra_hooks)
+    preempt = preemption.Preemption(PROGRAM)
+    stop_hook = hooks.StopOnRequestHook(preempt.requested)
+    run_hooks = [tracker, hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
     if plan.distribution == 'ps' and opts.max_iter > 0:
         run_hooks.append(hooks.StopAtGlobalStepHook(opts.max_iter))
     if run.legacy_counters:
@@ -354,22 +399,12 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
                     opts.max_iter if opts.max_iter > 0 else 'infinity', opts.model_dir)
     try:
-        if plan.distribution in ('ps', 'collective'):
-            # Runs a ps task's server until the launcher stops it; trains on the others.
-            tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
-                training_input_fn(opts, files, record_shard),
-                max_steps=training_steps(opts), hooks=run_hooks),
-                cluster_eval_spec(opts, val_files))
-        elif opts.mode == 'train_and_eval':
-            step = checkpoints.estimator_step(opts.model_dir)
-            last = opts.max_iter if opts.max_iter > 0 else float('inf')
-            while step < last:
-                step = min(last, (step // opts.test_interval + 1) * opts.test_interval)
-                train_on(estimator, opts, files, run_hooks, step, record_shard)
-                evaluate(opts, estimator, files=val_files)
-        else:
-            train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
+        with preempt if plan.trains else contextlib.nullcontext():
+            train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks,
+                      stop_hook, preempt.requested)
     except tf.errors.OpError as e:
+        if chief:  # a failed save's model.ckpt-N_temp/
+            run_dirs.remove_leftovers(opts.model_dir)
         raise TrainingError(describe_failure(e, opts, tracker.failed_step))
     except hooks.RestartLoop as e:
         raise TrainingError(describe_restart_loop(e.restarts, opts, tracker.failed_step))
@@ -380,8 +415,50 @@ def train(opts, settings=None, extra_hooks=()):
             'a record is not a tf.train.Example%s; find it with tools/check_tfrecords.py, '
             'or train on with --skip_bad_records' % (
                 ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
+    if preempt.signum is not None:
+        raise interrupted(preempt.signum, opts, plan, tracker.last_step)
     tf.logging.info('done; TensorBoard: tensorboard --logdir %s', opts.model_dir)
     return estimator
+
+
+def train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks, stop_hook,
+              stop):
+    """The training of the mode: to --max_iter, or in train_and_eval mode in pieces of
+    --test_interval steps with an evaluation after each, until stop() (a signal)."""
+    if not plan.trains and not plan.evaluates:
+        # A ps task serves in C++ until it is killed: the signals' default action.
+        for signum in preemption.SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+    if plan.distribution in ('ps', 'collective'):
+        # Runs a ps task's server until the launcher stops it; trains on the others.
+        tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
+            training_input_fn(opts, files, record_shard),
+            max_steps=training_steps(opts), hooks=run_hooks),
+            cluster_eval_spec(opts, val_files))
+    elif opts.mode == 'train_and_eval':
+        step = checkpoints.estimator_step(opts.model_dir)
+        last = opts.max_iter if opts.max_iter > 0 else float('inf')
+        while step < last and not stop():
+            step = min(last, (step // opts.test_interval + 1) * opts.test_interval)
+            train_on(estimator, opts, files, run_hooks, step, record_shard)
+            if not stop():
+                evaluate(opts, estimator, files=val_files, run_hooks=[stop_hook])
+    else:
+        train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
+
+
+def interrupted(signum, opts, plan, step):
+    """errors.Interrupted for a run a signal stopped after its step in flight."""
+    name = preemption.signal_name(signum)
+    if plan.task is not None and plan.task.type != 'chief':
+        return Interrupted(signum, '%s stopped by %s after global step %s; the chief saves '
+                           'the checkpoint; rerun the same command to resume' % (
+                               plan.task.name, name, step))
+    last = checkpoints.latest_checkpoint(opts.model_dir)
+    saved = ('saved %s' % last if last and last.endswith('-%s' % step)
+             else 'the last checkpoint is %s' % (last or 'none'))
+    return Interrupted(signum, 'stopped by %s at global step %s: %s; rerun the same '
+                       'command to resume' % (name, step, saved))
 
 
 def pretrained_variables(opts, data_format):

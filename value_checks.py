@@ -1,12 +1,11 @@
-"""The kinds of check in flags.py's table of valid values: each check(name, value) returns
-what is wrong with --name=value as one line, or None. Value lists owned by the module that
-uses them (resnet's sizes, records' label types, ...) are read from it when a check runs,
-after start-up, so that --help needs no TensorFlow."""
+"""Builders of the checks in flags.CHECKS: check(name, value) returns what is wrong with
+--name=value as one line, else None. Value lists owned by the module that uses them are
+read from it when the check runs (after start-up, so --help needs no TensorFlow)."""
 import importlib
+import math
 
 
 def owned(module, attr):
-    """module.attr, the module imported now."""
     return getattr(importlib.import_module(module), attr)
 
 
@@ -26,6 +25,19 @@ def at_least(low, meaning=''):
 
 def fraction(name, value):
     return None if 0.0 <= value <= 1.0 else '--%s must be in [0, 1], got %g' % (name, value)
+
+
+def finite(low, inclusive=False, high=None, meaning=''):
+    """A float that is finite and > low (>= low when inclusive), and < high if given."""
+    def check(name, value):
+        above = value >= low if inclusive else value > low
+        if math.isfinite(value) and above and (high is None or value < high):
+            return None
+        bound = ('in [%g, %g)' % (low, high) if high is not None
+                 else '%s %g' % ('>=' if inclusive else '>', low))
+        return '--%s must be %s and finite%s, got %g' % (
+            name, bound, ' (%s)' % meaning if meaning else '', value)
+    return check
 
 
 def one_of(module, attr, message=None):

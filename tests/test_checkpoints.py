@@ -67,3 +67,55 @@ def test_warm_start_takes_every_model_variable_but_the_head(saved):
     bigger = checkpoints.model_variable_shapes(34, 3, 32, 'channels_last')
     with pytest.raises(UsageError, match=r'lacks \d+ variables of a ResNet-34'):
         checkpoints.warm_start_names(saved['ours'], bigger, 34)
+
+
+def small_checkpoints(model_dir, steps):
+    """Tiny real checkpoints model.ckpt-<step> (a variable and the step) in model_dir,
+    written by a Saver as the Estimator's (sharded, relative paths)."""
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        tf.Variable(np.arange(1000, dtype=np.float32), name='w')
+        saver = tf.train.Saver(sharded=True, save_relative_paths=True, max_to_keep=None)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            for n in steps:
+                session.run(step.assign(n))
+                saver.save(session, os.path.join(str(model_dir), 'model.ckpt'), n)
+
+
+@pytest.mark.parametrize('content', [None, b'', b'garbled {{{', bytes(range(256)),
+                                     b'model_checkpoint_path: "model.ckpt-99"\n'])
+def test_recover_from_a_broken_state_file(tmp_path, content):
+    small_checkpoints(tmp_path, [0, 5, 10])
+    os.remove(str(tmp_path / 'checkpoint'))
+    if content is not None:
+        (tmp_path / 'checkpoint').write_bytes(content)
+    newest = str(tmp_path / 'model.ckpt-10')
+    assert checkpoints.latest_checkpoint(str(tmp_path)) == newest
+    assert checkpoints.recover(str(tmp_path)) == newest
+    assert tf.train.latest_checkpoint(str(tmp_path)) == newest  # the state file rewritten
+    assert checkpoints.recover(str(tmp_path)) == newest         # and now left alone
+
+
+def test_recover_moves_damaged_checkpoints_aside(tmp_path):
+    small_checkpoints(tmp_path, [0, 5, 10])
+    data = tmp_path / 'model.ckpt-10.data-00000-of-00001'
+    data.write_bytes(data.read_bytes()[:100])
+    os.remove(str(tmp_path / 'model.ckpt-5.index'))
+    assert 'Read less bytes' in checkpoints.damage(str(tmp_path / 'model.ckpt-10'))
+    assert checkpoints.recover(str(tmp_path)) == str(tmp_path / 'model.ckpt-0')
+    assert sorted(os.listdir(str(tmp_path / 'damaged'))) == [
+        'model.ckpt-10.data-00000-of-00001', 'model.ckpt-10.index',
+        'model.ckpt-10.meta', 'model.ckpt-5.data-00000-of-00001', 'model.ckpt-5.meta']
+    with pytest.raises(UsageError, match='is damaged'):
+        checkpoints.resolve_checkpoint(str(tmp_path / 'damaged' / 'model.ckpt-10'),
+                                       'checkpoint_path')
+
+
+def test_no_good_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
+    small_checkpoints(tmp_path, [0])
+    data = tmp_path / 'model.ckpt-0.data-00000-of-00001'
+    data.write_bytes(data.read_bytes()[:10])
+    with pytest.raises(UsageError, match='no checkpoint in --model_dir=.* restores'):
+        checkpoints.recover(str(tmp_path))
+    assert data.exists()  # left where it is

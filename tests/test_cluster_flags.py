@@ -20,6 +20,7 @@ import flags as flags_lib
 from errors import UsageError
 from helpers import CLASSES, ENV, write_dataset
 from tools import launch_local_cluster as launcher
+from tools import ports as ports_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = re.compile(r'step \d+: ')
@@ -193,7 +194,7 @@ def assert_identical_weights(model_dir, max_iter):
 @pytest.mark.slow
 def test_two_workers_started_by_hand_train_one_model_collectively(dataset, tmp_path):
     model_dir, max_iter = str(tmp_path / 'model'), 4
-    hosts = ','.join('127.0.0.1:%d' % p for p in launcher.free_ports(2))
+    hosts = ','.join('127.0.0.1:%d' % p for p in ports_lib.free_ports(2))
     flags = tiny_flags(dataset, model_dir, max_iter) + ['--worker_num=2',
                                                         '--worker_hosts=' + hosts]
     tasks = [Task(flags + ['--worker_id=%d' % k]) for k in (0, 1)]
@@ -211,7 +212,7 @@ def test_two_workers_started_by_hand_train_one_model_collectively(dataset, tmp_p
 @pytest.mark.slow
 def test_ps_job_started_by_hand_shares_the_files_disjointly(dataset, tmp_path):
     model_dir, max_iter = str(tmp_path / 'model'), 6
-    ports = launcher.free_ports(3)
+    ports = ports_lib.free_ports(3)
     hosts = ['--worker_num=2', '--worker_hosts=127.0.0.1:%d,127.0.0.1:%d' % tuple(ports[:2]),
              '--ps_hosts=127.0.0.1:%d' % ports[2]]
     flags = tiny_flags(dataset, model_dir, max_iter) + hosts
@@ -240,7 +241,7 @@ def test_ps_job_started_by_hand_shares_the_files_disjointly(dataset, tmp_path):
 @pytest.mark.slow
 def test_a_slurm_step_of_two_tasks_trains_one_model(dataset, tmp_path):
     model_dir, max_iter = str(tmp_path / 'model'), 3
-    base = next(p for p in launcher.free_ports(20) if launcher.bindable(p + 1, '127.0.0.1'))
+    base = next(p for p in ports_lib.free_ports(20) if ports_lib.bindable(p + 1, '127.0.0.1'))
     flags = tiny_flags(dataset, model_dir, max_iter) + ['--slurm_port_base=%d' % base]
     slurm = dict(ENV, SLURM_JOB_ID='7', SLURM_STEP_NUM_TASKS='2',
                  SLURM_STEP_NODELIST='127.0.0.1', SLURM_STEP_TASKS_PER_NODE='2')

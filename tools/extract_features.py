@@ -86,10 +86,13 @@ def main(argv=None):
         return counts + (predictor.feature_dim,)
 
     # Features do not depend on how the scores are read: no label type.
-    result = _predict.with_predictor(args, work, error,
-                                     list_separator=' ' if args.format == 'original' else None,
-                                     settings=[name for name in _predict.SETTINGS
-                                               if name != 'label_type'], prog=PROG)
+    try:
+        result = _predict.with_predictor(
+            args, work, error, list_separator=' ' if args.format == 'original' else None,
+            settings=[name for name in _predict.SETTINGS if name != 'label_type'], prog=PROG)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
+        error('interrupted; the output may be incomplete')
+        return 130
     if result is None:
         return 2
     processed, skipped, dim = result

@@ -25,18 +25,23 @@ With --evaluator an `evaluator` task (not a member of the cluster; it reads the 
 checkpoints) evaluates each new checkpoint on the val split and exits after the last.
 A ps task never exits by itself: when the chief, every worker and the evaluator have
 finished, the ps tasks are stopped (SIGTERM, then SIGKILL). A training or evaluator task
-killed by a signal is restarted with the same TF_CONFIG and flags (up to --restarts times;
+killed by a signal (or stopped by one: exit status 143 / 130) is restarted with the same TF_CONFIG and flags (up to --restarts times;
 it resumes from the chief's checkpoints: in ps mode it rejoins the running job, in
 collective mode -- where the other workers cannot go on without it -- every training task
-is restarted). Any other failure stops every task. Ctrl-C stops every task (exit status
-130). Exit status 0 when the chief, every worker and the evaluator exited 0, 1 otherwise
-(2 on bad usage).
+is restarted). Any other failure stops every task. SIGTERM or SIGINT to the launcher is
+forwarded to the training tasks (the chief saves a checkpoint at its step) and waited for
+up to STOP_GRACE s before the ps tasks stop; exit status 128 + the signal. The tasks die
+with the launcher even when it is SIGKILLed (PR_SET_PDEATHSIG, Linux): SIGKILL, as without
+the launcher nobody would stop the ps tasks, and a chief whose ps is gone cannot save
+anyway (a rerun resumes from the last checkpoint). Exit status 0 when the chief, every
+worker and the evaluator exited 0, 1 otherwise (2 on bad usage).
 """
 import argparse
+import ctypes
+import ctypes.util
 import fcntl
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -50,69 +55,38 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/launch_local_cluster.py: the checkout importable
 import startup  # noqa: E402
+from tools import ports as ports_lib  # noqa: E402
 
 PROGRAM = 'launch_local_cluster.py'
 
 
-LOWEST_PORT = 10000
+# Seconds the training tasks get to save and exit after a forwarded SIGTERM / SIGINT:
+# inside Kubernetes' 30 s grace (a ResNet-101 save takes about 2 s).
+STOP_GRACE = 25.0
+PR_SET_PDEATHSIG = 1
 
 
-def ephemeral_ports(path='/proc/sys/net/ipv4/ip_local_port_range'):
-    """(low, high) of the ports the kernel gives outgoing connections."""
-    try:
-        with open(path) as f:
-            low, high = (int(v) for v in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
+def die_with_parent():
+    """A preexec_fn: the child gets SIGKILL when the launcher's thread that started it
+    dies (prctl PR_SET_PDEATHSIG; Linux only, elsewhere None). Resolved before any fork: the
+    child only calls it, and exits at once if the launcher died before the call."""
+    if not sys.platform.startswith('linux'):
+        return None
+    prctl = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True).prctl
+    parent = os.getpid()
 
-
-def bindable(port, host):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind((host, port))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def free_ports(count, host='127.0.0.1', rng=None):
-    """`count` distinct ports that were free a moment ago, drawn at random below the
-    kernel's ephemeral range: no outgoing connection (of the tasks themselves or any other
-    process) can take one between this check and a task's bind, or while a killed task is
-    being restarted on it. Where that range leaves no room, ports the kernel picks (bound
-    to port 0, then closed)."""
-    rng = rng or random.SystemRandom()
-    low = ephemeral_ports()[0]
-    ports = []
-    if low - LOWEST_PORT >= 100 * count:
-        for _ in range(100 * count):
-            port = rng.randrange(LOWEST_PORT, low)
-            if port not in ports and bindable(port, host):
-                ports.append(port)
-                if len(ports) == count:
-                    return ports
-    sockets = []
-    try:
-        while len(ports) < count:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-            if s.getsockname()[1] not in ports:
-                ports.append(s.getsockname()[1])
-    finally:
-        for s in sockets:
-            s.close()
-    return ports
+    def preexec():
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
 
 
 def make_cluster(workers, ps, host='127.0.0.1', ports=None):
     """{'chief': [addr], 'worker': [...], 'ps': [...]} for `workers` training workers (the
     chief included) and `ps` parameter servers."""
     count = workers + ps
-    ports = list(ports) if ports is not None else free_ports(count, host)
+    ports = list(ports) if ports is not None else ports_lib.free_ports(count, host)
     addresses = ['%s:%d' % (host, p) for p in ports]
     cluster = {'chief': addresses[:1]}
     if workers > 1:
@@ -211,6 +185,9 @@ class Console(object):
         self.line(PROGRAM + ':', text)
 
 
+DIE_WITH_PARENT = die_with_parent()
+
+
 class Task(object):
     """One process of the cluster, started and restarted with the same TF_CONFIG."""
 
@@ -234,7 +211,8 @@ class Task(object):
         self.returncode = None
         self.process = subprocess.Popen(
             self.command, env=self.env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=DIE_WITH_PARENT)
         self._console.say('started %s, pid %d' % (self.name, self.process.pid))
         self._reader = threading.Thread(target=self._stream, args=(self.process,),
                                         daemon=True)
@@ -249,22 +227,23 @@ class Task(object):
             self.returncode = self.process.poll()
         return self.returncode
 
-    def terminate(self):
-        """SIGTERM to this task's process (by PID) if it is running."""
+    def terminate(self, signum=signal.SIGTERM):
+        """SIGTERM (or signum) to this task's process (by PID) if it is running."""
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(signum)
 
     def flush(self):
         if self._reader is not None:
             self._reader.join(5)
 
 
-def stop_all(tasks, grace):
-    """SIGTERM to every running task at once, SIGKILL to any still running `grace` seconds
-    later; then their output is drained. Bounded: grace + 5 s a task at most for the
-    draining, which only waits for a pipe a killed process can no longer hold."""
+def stop_all(tasks, grace, signum=signal.SIGTERM):
+    """SIGTERM (or signum) to every running task at once, SIGKILL to any still running
+    `grace` seconds later; then their output is drained. Bounded: grace + 5 s a task at
+    most for the draining, which only waits for a pipe a killed process can no longer
+    hold."""
     for task in tasks:
-        task.terminate()
+        task.terminate(signum)
     deadline = time.time() + grace
     for task in tasks:
         if task.process is None:
@@ -282,9 +261,14 @@ def describe_exit(code):
     return 'killed by signal %d' % -code if code < 0 else 'exited with status %d' % code
 
 
+# train.py's exit statuses after SIGTERM / SIGINT: stopped by a signal, as a kill is.
+STOPPED_BY_SIGNAL = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+
+
 def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
     """Runs the tasks to the end; returns the exit status (0 = every training task ok,
-    130 when stop_requested was set, e.g. by Ctrl-C, 1 otherwise)."""
+    128 + the signal when stop_requested was set by SIGTERM or SIGINT, 1 otherwise).
+    stop_requested: a threading.Event, and its attribute signum."""
     start = time.time()
     for task in tasks:
         if stop_requested.is_set():
@@ -301,7 +285,7 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
                 (t.returncode != 0 or not t.finishes)]
         for task in died:
             task.flush()
-            killed = task.returncode < 0
+            killed = task.returncode < 0 or task.returncode in STOPPED_BY_SIGNAL
             if not (task.finishes and killed and task.restarts < restarts):
                 say('%s %s; stopping every task' % (task.name, describe_exit(task.returncode)))
                 return 1
@@ -322,8 +306,9 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
             say('the chief and every worker%s finished in %.1f s' % (
                 '' if finishing == trainers else ' and the evaluator', time.time() - start))
             return 0
-    say('interrupted; stopping every task')
-    return 130
+    say('%s; forwarding it to every training task (the chief saves a checkpoint), then '
+        'stopping the ps tasks' % signal.Signals(stop_requested.signum).name)
+    return 128 + stop_requested.signum
 
 
 def make_parser():
@@ -436,15 +421,23 @@ def main(argv=None):
     # Ctrl-C and SIGTERM only set a flag that the launcher's loop polls: an exception
     # raised asynchronously could land inside a Popen or a lock and leave a task unknown.
     stop_requested = threading.Event()
+    stop_requested.signum = None
+
+    def stop(signum, frame):
+        stop_requested.signum = stop_requested.signum or signum
+        stop_requested.set()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda signum, frame: stop_requested.set())
+        signal.signal(signum, stop)
     status = 1
     try:
         status = run_cluster(tasks, args.distribution, args.restarts, args.timeout, say,
                              stop_requested)
     finally:
         # Training tasks first (a worker must not outlive its ps), then the ps tasks.
-        stop_all([t for t in tasks if t.finishes], grace=5.0 if status else 30.0)
+        if stop_requested.signum:
+            stop_all([t for t in tasks if t.finishes], STOP_GRACE, stop_requested.signum)
+        else:
+            stop_all([t for t in tasks if t.finishes], grace=5.0 if status else 30.0)
         stop_all([t for t in tasks if not t.finishes], grace=10.0)
         for task in tasks:
             code = task.process.returncode if task.process else None

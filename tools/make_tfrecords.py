@@ -61,6 +61,7 @@ if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/make_tfrecords.py: the checkout importable
 
 import hierarchy as hierarchy_lib  # noqa: E402
+import run_dirs  # noqa: E402
 import startup  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
@@ -189,6 +190,20 @@ class _Progress(_progress.ProgressLine):
 
 
 
+def _one_writer_a_split(build):
+    """build_records takes the lock of its split directory (run_dirs) once the input is
+    valid: a second builder of the same split is refused naming the first; given back at
+    the end."""
+    def locked(lists, image_root, out_dir, split='train', *args, **kwargs):
+        try:
+            return build(lists, image_root, out_dir, split, *args, **kwargs)
+        finally:
+            run_dirs.release_lock(os.path.join(os.fspath(out_dir), split))
+    locked.__doc__ = build.__doc__
+    return locked
+
+
+@_one_writer_a_split
 def build_records(lists, image_root, out_dir, split='train', class_num=None,
                   num_shards=None, start_index=0, workers=None, report_path=None,
                   jpeg_quality=95, overwrite=False, progress=True, label_layout='dense',
@@ -289,7 +304,11 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     plan, bounds = shard_plan.shard_order(plans, num_shards, source)
 
     os.makedirs(split_dir, exist_ok=True)
-    for name in os.listdir(split_dir):  # the plan a killed run left behind
+    try:
+        run_dirs.hold_lock(split_dir, 'make_tfrecords.py')
+    except run_dirs.DirectoryError as e:
+        raise InputError(str(e))
+    for name in os.listdir(split_dir):  # the plan a killed run left behind (we hold the lock)
         if name.startswith('.plan-') and name.endswith(('.npy', '.pickle')):
             os.remove(os.path.join(split_dir, name))
     paths = [shards.shard_path(split_dir, start_index + k) for k in range(len(bounds))]

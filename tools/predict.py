@@ -326,8 +326,12 @@ def main(argv=None):
                                    tree, args.consistent)
 
     names = [name for name in SETTINGS if name != 'label_type' or args.format != 'original']
-    result = with_predictor(args, work, error, args.top_k,
-                            '\t' if args.format == 'original' else None, names)
+    try:
+        result = with_predictor(args, work, error, args.top_k,
+                                '\t' if args.format == 'original' else None, names)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
+        error('interrupted; the output may be incomplete')
+        return 130
     if result is None:
         return 2
     processed, skipped = result
