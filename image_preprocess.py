@@ -424,7 +424,7 @@ def augment_batch(images):
 
 # ------------------------------------------------------------------ encoded image -> input
 
-def preprocess_encoded(encoded, image_size, is_training, object_cover=0.7, area_cover=0.7,
+def preprocess_encoded(encoded, image_size, is_training, object_cover, area_cover,
                        on_device=False):
     """Encoded image -> one network input, what the input pipeline does per record.
 

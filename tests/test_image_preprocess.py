@@ -158,7 +158,7 @@ def test_other_formats_and_modes_fall_back_and_give_rgb(fmt, mode):
 def test_eval_window_is_tf1_central_crop_and_matches_the_float_path():
     data = encode(smooth_pixels(50, 70), quality=95)
     with tf.Graph().as_default():
-        new = ip.preprocess_encoded(tf.constant(data), 32, is_training=False)
+        new = ip.preprocess_encoded(tf.constant(data), 32, False, 0.7, 0.7)  # crop unused
         old = ip.eval_network_input(ip.decode_image(tf.constant(data)), 32)
         begin, size = ip.central_window(tf.constant([50, 70, 3]))
         decoded = tf.placeholder_with_default(np.zeros((50, 70, 1), np.float32),
