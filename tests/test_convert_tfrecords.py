@@ -218,3 +218,28 @@ def test_cli_two_workers_and_usage_errors(shards_in, tmp_path):
         result = run(*args)
         assert result.returncode == 2 and expected in result.stderr, result.stderr
         assert result.stderr.count('\n') == 1
+
+
+def test_a_second_converter_on_one_out_is_one_line_and_writes_nothing(shards_in, tmp_path):
+    """OUT is locked for one writer (run_dirs, as make_tfrecords locks its split): while this
+    process holds it, the command line exits 2 naming the holder and writes nothing; once it
+    is released the same command converts."""
+    import run_dirs
+    out = tmp_path / 'out'
+    out.mkdir()
+    command = [sys.executable, os.path.join(ROOT, 'tools', 'convert_tfrecords.py'),
+               str(shards_in), str(out), '--short_side', str(SHORT), '--quiet']
+    run_dirs.hold_lock(str(out), 'another convert_tfrecords.py')
+    try:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count('\n') == 1 and 'pid %d on host' % os.getpid() in \
+            result.stderr, result.stderr
+        assert os.listdir(str(out)) == ['.lock']
+    finally:
+        run_dirs.release_lock(str(out))
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert len(_read(out / 'train' / '0.tfrecords')) == 3
+    assert '.lock' not in os.listdir(str(out))

@@ -44,6 +44,7 @@ import time
 if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/convert_tfrecords.py: the checkout importable
 
+import run_dirs  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shards  # noqa: E402
@@ -281,6 +282,22 @@ def convert(in_dir, out_dir, short_side=0, label_layout='keep', hierarchy_path=N
             sys.stderr.write(message + '\n')
             sys.stderr.flush()
 
+    os.makedirs(out_dir, exist_ok=True)
+    try:  # one writer of OUT at a time (run_dirs: released by the kernel if we are killed)
+        run_dirs.hold_lock(out_dir, PROG)
+    except run_dirs.DirectoryError as exc:
+        raise ConvertError(str(exc)) from None
+    try:
+        return _convert_shards(in_dir, out_dir, rels, short_side, label_layout,
+                               hierarchy_path, workers, jpeg_quality, report_path, note,
+                               progress)
+    finally:
+        run_dirs.release_lock(out_dir)
+
+
+def _convert_shards(in_dir, out_dir, rels, short_side, label_layout, hierarchy_path, workers,
+                    jpeg_quality, report_path, note, progress):
+    """convert's work once OUT is locked."""
     paths = [os.path.join(out_dir, rel) for rel in rels]
     for path in paths:
         os.makedirs(os.path.dirname(path), exist_ok=True)
