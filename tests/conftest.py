@@ -4,6 +4,7 @@ convolutions would change the rounding the tolerances describe). The shared fixt
 below; the plain helpers they use are in helpers.py (`from helpers import ...`). A test
 file may define a fixture of the same name for its own data (test_serving's `images`)."""
 import os
+import shutil
 import sys
 
 os.environ['CUDA_VISIBLE_DEVICES'] = ''
@@ -19,18 +20,36 @@ import helpers  # noqa: E402
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory):
+def module_dir(tmp_path_factory, request):
+    """module_dir(name): a new directory for the files a module's tests share (as
+    tmp_path_factory.mktemp). All of them are removed when the module's tests are done unless
+    one of them failed, as pytest.ini's tmp_path_retention_policy treats each test's
+    tmp_path: the suite writes GBs of checkpoints, more than a CI disk holds at once."""
+    made, failures = [], request.session.testsfailed
+
+    def make(name):
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield make
+    if request.session.testsfailed == failures:
+        for path in made:
+            shutil.rmtree(str(path), ignore_errors=True)
+
+
+@pytest.fixture(scope='module')
+def dataset(module_dir):
     """helpers.write_dataset: train/ and val/ shards of CLASSES classes."""
-    return helpers.write_dataset(str(tmp_path_factory.mktemp('ds')))
+    return helpers.write_dataset(str(module_dir('ds')))
 
 
 @pytest.fixture(scope='module')
-def images(tmp_path_factory):
+def images(module_dir):
     """helpers.make_image_files: readable and broken image files of every kind."""
-    return helpers.make_image_files(tmp_path_factory.mktemp('images'))
+    return helpers.make_image_files(module_dir('images'))
 
 
 @pytest.fixture(scope='module')
-def shards(tmp_path_factory):
+def shards(module_dir):
     """helpers.write_mixed_shards with 7 classes: the training shard paths."""
-    return helpers.write_mixed_shards(str(tmp_path_factory.mktemp('perf')), 7)
+    return helpers.write_mixed_shards(str(module_dir('perf')), 7)

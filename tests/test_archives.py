@@ -59,9 +59,9 @@ def _run_cli(*args):
 
 
 @pytest.fixture(scope='module')
-def release(tmp_path_factory):
+def release(module_dir):
     """Per-synset tars as ImageNet fall 2011 ships them; one listed synset is absent."""
-    root = tmp_path_factory.mktemp('imagenet21k')
+    root = module_dir('imagenet21k')
     tars = root / 'fall11_whole'
     images = {}
     for s, wnid in enumerate(['n01440764', 'n02084071', 'n04310904']):
@@ -165,10 +165,10 @@ def test_a_changed_archive_is_indexed_again(release, tmp_path):
 
 
 @pytest.fixture(scope='module')
-def ilsvrc(tmp_path_factory):
+def ilsvrc(module_dir):
     """ILSVRC2012_img_train.tar (a tar of per-class tars), the flat validation tar, its
     '<file> <wnid>' labels and a names-only imagenet2012_dictionary.txt."""
-    root = tmp_path_factory.mktemp('ilsvrc')
+    root = module_dir('ilsvrc')
     wnids = ['n01443537', 'n01440764', 'n01484850']   # not in sorted order in the tar
     train = {}
     inner = []

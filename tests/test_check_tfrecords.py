@@ -44,10 +44,10 @@ def without_seconds(summary):
 # ------------------------------------------------------------------------ datasets
 
 @pytest.fixture(scope='module')
-def clean(tmp_path_factory):
+def clean(module_dir):
     """data/train/{0,1}.tfrecords, data/val/0.tfrecords with known labels; classes 5 and 6
     are never >= 0.7 (only 0.5 or -1); includes 1x1, grey, CMYK and PNG images."""
-    root = tmp_path_factory.mktemp('clean')
+    root = module_dir('clean')
     rng = np.random.RandomState(3)
     labels = []
     shards = {'train/0.tfrecords': 9, 'train/1.tfrecords': 8, 'val/0.tfrecords': 6}
@@ -66,9 +66,9 @@ def clean(tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def broken(tmp_path_factory):
+def broken(module_dir):
     """One shard per kind of damage; `expected` = {(file, index, kind)}."""
-    root = tmp_path_factory.mktemp('broken')
+    root = module_dir('broken')
     good = [record(encode(10, 8, seed=i), label_vector([(i % CLASSES, 1)]), 10, 8,
                    'g%d.jpg' % i) for i in range(6)]
     expected = set()

@@ -15,9 +15,9 @@ CLASSES = 5
 
 
 @pytest.fixture(scope='module')
-def saved(tmp_path_factory):
+def saved(module_dir):
     """A ResNet-18 of 5 classes saved at step 3, and the same with the original's names."""
-    root = tmp_path_factory.mktemp('ckpt')
+    root = module_dir('ckpt')
     paths = {}
     for kind, counters in (('ours', ('pos_count', 'neg_count')),
                            ('original', ('Variable', 'Variable_1'))):

@@ -117,9 +117,9 @@ def tiny_flags(data, model_dir, max_iter):
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory):
+def dataset(module_dir):
     """4 training shards of 4 records (JPEG, 5 classes)."""
-    return write_dataset(str(tmp_path_factory.mktemp('hosts_ds')), train_lists=4, per_list=4)
+    return write_dataset(str(module_dir('hosts_ds')), train_lists=4, per_list=4)
 
 
 class Task(object):

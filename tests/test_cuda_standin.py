@@ -50,12 +50,12 @@ def driver_symbols():
 
 
 @pytest.fixture(scope='module')
-def standin(tmp_path_factory):
+def standin(module_dir):
     """The directory holding the built libcuda.so.1."""
     compiler = shutil.which('cc') or shutil.which('gcc')
     if compiler is None:
         pytest.skip('no C compiler (cc/gcc) to build the stand-in libcuda.so.1')
-    directory = tmp_path_factory.mktemp('standin')
+    directory = module_dir('standin')
     symbols = driver_symbols()
     assert 'cuDeviceGetCount' in symbols and 'cuCtxCreate_v2' in symbols
     source = directory / 'standin.c'
@@ -93,10 +93,10 @@ def run(program, args, env):
 
 
 @pytest.fixture(scope='module')
-def trained(standin, tmp_path_factory):
+def trained(standin, module_dir):
     """(data, model_dir): one training step of train.py --visiable_gpu=3 on the stand-in
     (it trains on the CPU, as on a box whose GPUs are missing); cuInit saw GPU 3 only."""
-    root = tmp_path_factory.mktemp('trained')
+    root = module_dir('trained')
     data, model_dir, log = write_dataset(str(root / 'ds')), str(root / 'model'), root / 'log'
     result = run('train.py', small_run_flags(data, model_dir, 1) + [
         '--visiable_gpu=3', '--resnet_size=18', '--image_size=32'],

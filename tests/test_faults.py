@@ -114,10 +114,10 @@ def test_a_signal_saves_the_step_and_the_rerun_resumes(dataset, tmp_path, signum
 
 
 @pytest.fixture(scope='module')
-def trained(dataset, tmp_path_factory):
+def trained(dataset, module_dir):
     """A model directory trained to step 10 with checkpoints 0, 5 and 10 (copied by each
     test that changes it)."""
-    model_dir = str(tmp_path_factory.mktemp('trained') / 'model')
+    model_dir = str(module_dir('trained') / 'model')
     result = run_train(*flags(dataset, model_dir, 10, '--snapshot=5'))
     assert result.returncode == 0, result.stderr[-2000:]
     assert steps_saved(model_dir) == [0, 5, 10]

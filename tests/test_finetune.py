@@ -59,9 +59,9 @@ def values(model_dir, checkpoint=None):
 
 
 @pytest.fixture(scope='module')
-def setup(tmp_path_factory):
+def setup(module_dir):
     """A multi-label ResNet-18 with 11,166 classes trained 2 steps, single-label records."""
-    root = str(tmp_path_factory.mktemp('finetune'))
+    root = str(module_dir('finetune'))
     multi = write_dataset(root, class_num=PRETRAINED_CLASSES)
     pretrained = os.path.join(root, 'pretrained')
     flags = [f for f in small_run_flags(multi, pretrained, 2)

@@ -93,9 +93,9 @@ def random_labels(rng, n=IMAGES, classes=CLASSES):
 
 
 @pytest.fixture(scope='module')
-def data(tmp_path_factory):
+def data(module_dir):
     """A hierarchy file, images, an image list and its labels."""
-    root = tmp_path_factory.mktemp('hier')
+    root = module_dir('hier')
     hfile = write_hierarchy(root / 'hierarchy.txt')
     (root / 'images').mkdir()
     labels = random_labels(np.random.default_rng(1))

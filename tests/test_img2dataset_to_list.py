@@ -65,8 +65,8 @@ def _img2dataset(input_dir, out):
 
 
 @pytest.fixture(scope='module')
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp('urls')
+def run(module_dir):
+    root = module_dir('urls')
     out = {'root': root}
     with url_zoo.ZooServer() as zoo:
         url_list = root / 'train_urls.txt'

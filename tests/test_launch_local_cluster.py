@@ -25,9 +25,9 @@ STARTED = re.compile(r'started (\S+), pid (\d+)')
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory):
+def dataset(module_dir):
     """4 training shards of 4 records (JPEG, 5 classes)."""
-    return write_dataset(str(tmp_path_factory.mktemp('cluster_ds')), train_lists=4,
+    return write_dataset(str(module_dir('cluster_ds')), train_lists=4,
                          per_list=4)
 
 

@@ -57,9 +57,9 @@ def assert_top_k(classes, scores, k=None):
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def trained(module_dir):
     """(model_dir, export_dir): two training steps, then the SavedModel of the last one."""
-    root = str(tmp_path_factory.mktemp('serving'))
+    root = str(module_dir('serving'))
     data = write_dataset(root)
     model_dir, export_dir = os.path.join(root, 'model'), os.path.join(root, 'export')
     # batch_norm_decay 0: moving statistics of the last batch, finite after two steps.
@@ -78,10 +78,10 @@ def trained(tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def images(tmp_path_factory):
+def images(module_dir):
     """A directory of real images, an undecodable one in the middle (natural order) and a
     text file a directory search skips; returns (directory, [(path, bytes)] of the good)."""
-    directory = tmp_path_factory.mktemp('images')
+    directory = module_dir('images')
     rng = np.random.default_rng(7)
     made = [('1_rgb.jpg', 'RGB', (60, 50), 'JPEG'), ('2_rgb.png', 'RGB', (30, 30), 'PNG'),
             ('4_gray.jpg', 'L', (41, 23), 'JPEG'), ('5_rgba.png', 'RGBA', (20, 35), 'PNG'),
@@ -424,9 +424,9 @@ def opencv_network_input(cv2, path, image_size=IMAGE_SIZE):
 
 
 @pytest.fixture(scope='module')
-def photos(tmp_path_factory):
+def photos(module_dir):
     """Non-square photo-like JPEGs (smooth gradients and noise, both orientations) and a PNG."""
-    directory = tmp_path_factory.mktemp('photos')
+    directory = module_dir('photos')
     rng = np.random.default_rng(3)
     paths = []
     for i, (height, width) in enumerate([(375, 500), (500, 333), (120, 347), (61, 40)]):

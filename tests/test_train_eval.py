@@ -14,8 +14,8 @@ METRICS = {'mAP', 'precision@1', 'precision@5', 'micro_f1', 'macro_f1', 'accurac
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('eval'))
+def trained(module_dir):
+    root = str(module_dir('eval'))
     data = write_dataset(root)
     model_dir = os.path.join(root, 'model')
     # Moving averages = the last batch's statistics, so that inference after two steps

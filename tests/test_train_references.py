@@ -19,8 +19,8 @@ from helpers import CLASSES, ENV, ROOT, run_train, scalar_tags, small_run_flags,
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory):
-    return write_dataset(str(tmp_path_factory.mktemp('refs')))
+def dataset(module_dir):
+    return write_dataset(str(module_dir('refs')))
 
 
 @pytest.mark.slow

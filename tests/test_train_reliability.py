@@ -46,8 +46,8 @@ def write_shards(data_dir, images, labels=None, shards=2):
 
 
 @pytest.fixture(scope='module')
-def good_data(tmp_path_factory):
-    return write_dataset(str(tmp_path_factory.mktemp('good')))
+def good_data(module_dir):
+    return write_dataset(str(module_dir('good')))
 
 
 def latest_step(model_dir):
