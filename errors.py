@@ -3,8 +3,14 @@
 UsageError: a bad flag value or input, found before any graph is built (exit status 2).
 TrainingError: training, evaluation or prediction started and then stopped (exit status 1).
 Bad or missing data is file_db.DataError (exit status 2). Interrupted and Stopped: a
-signal (exit status 128 + the signal: 143 for SIGTERM, 130 for SIGINT).
+signal (exit status 128 + the signal: 143 for SIGTERM, 130 for SIGINT); stop_raises makes
+SIGTERM stop a program as Ctrl-C does, and `stopped` names either for the one line.
 """
+import signal
+
+# The signals that stop a program with one line: a container's or a batch system's stop
+# (SIGTERM) and Ctrl-C (SIGINT).
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class UsageError(ValueError):
@@ -42,3 +48,22 @@ class Stopped(KeyboardInterrupt):
     def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
+
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def stop_raises():
+    """SIGTERM and SIGINT raise Stopped where the program is (the start of train.py and of
+    every tool), so a tool's `except KeyboardInterrupt` handles both."""
+    for signum in SIGNALS:
+        signal.signal(signum, _raise_stopped)
+
+
+def stopped(interrupt):
+    """('stopped by SIGTERM', 143) for a KeyboardInterrupt: Stopped names its signal,
+    Python's own is SIGINT's (130)."""
+    signum = getattr(interrupt, 'signum', signal.SIGINT)
+    return 'stopped by %s' % signal.Signals(signum).name, 128 + signum

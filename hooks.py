@@ -1,6 +1,6 @@
 """Session hooks of a training run: the log line of every interval, the step a failure
 happened at, the asynchronous stop at the last global step, and the end of a session that
-only ever restarts, and the stop a signal asks for (StopOnRequestHook).
+only ever restarts.
 
 The log line, every `every_n` steps of this worker and once more at the end:
 
@@ -158,16 +158,4 @@ class StopAtGlobalStepHook(tf.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         if run_context.session.run(self._global_step) >= self._last_step:
-            run_context.request_stop()
-
-
-class StopOnRequestHook(tf.train.SessionRunHook):
-    """Ends the session after the step in flight once requested() is true (a signal:
-    preemption.Preemption); the session's end then saves the checkpoint."""
-
-    def __init__(self, requested):
-        self._requested = requested
-
-    def after_run(self, run_context, run_values):
-        if self._requested():
             run_context.request_stop()

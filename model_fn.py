@@ -35,6 +35,7 @@ import loss as loss_lib
 import lr_schedule
 import metrics
 import precision
+import preemption
 import resnet
 
 # What the model_fn needs beyond the options: the values derived for this run. Inference
@@ -50,7 +51,8 @@ Run = collections.namedtuple('Run', [
     'leaf_mask',               # --hierarchy: class_num bools, true for a leaf; or None
     'warm_start',              # (checkpoint, variable names) to fine-tune from, or None
     'head_shards',             # slices of the classifier head (ps mode: one a ps task)
-], defaults=(None, None, None, 'worker', False, False, None, None, 1))
+    'stop_together',           # a synchronous job: its tasks agree in each step on a stop
+], defaults=(None, None, None, 'worker', False, False, None, None, 1, False))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -161,6 +163,8 @@ def resnet_model_fn(features, labels, mode, opts, run):
         # them; distribute.after: linear in the replicas).
         gradients = distribute.after(finite, optimizer.compute_gradients(loss, var_list=trained))
         train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
+        if run.stop_together:
+            preemption.stop_agreement()
         logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
                   'train_accuracy': accuracy[1]}
         if skipped is not None:

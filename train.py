@@ -16,7 +16,6 @@ rerun the same command to resume, preemption.py); each reported as one line.
 """
 import logging
 import os
-import signal
 import sys
 
 import startup
@@ -38,12 +37,11 @@ import flags as flags_lib
 import inference_io
 import inference_settings
 import precision
-import preemption
 import run_dirs
 import run_settings
 import serving
 import training
-from errors import Interrupted, Stopped, TrainingError, UsageError
+from errors import Interrupted, TrainingError, UsageError, stop_raises, stopped
 from tools import demo
 
 tf.disable_v2_behavior()
@@ -180,10 +178,11 @@ def export(opts, checkpoint_path=None):
 
 def main(argv, extra_hooks=()):
     """Runs the mode of the parsed flags; extra_hooks: more SessionRunHooks of every
-    training session (a seam for programs that wrap this one)."""
+    training session and of --mode=eval's evaluation (a seam for programs that wrap this
+    one)."""
     del argv
     opts = flags_lib.options()
-    preemption.stop_raises()
+    stop_raises()
     try:
         flags_lib.validate(opts)
         start_cluster(opts)  # TF_CONFIG from Slurm or the host flags, before it is read
@@ -198,7 +197,7 @@ def main(argv, extra_hooks=()):
             opts = trained_settings(opts)
             validate(opts)
             check_eval_model(opts)
-            training.evaluate(opts)
+            training.evaluate(opts, run_hooks=extra_hooks)
         elif opts.mode == 'predict':
             predict(trained_settings(opts))
         elif opts.mode == 'export':
@@ -223,12 +222,11 @@ def main(argv, extra_hooks=()):
         sys.stderr.flush()
         os._exit(128 + e.signum)
     except KeyboardInterrupt as e:  # errors.Stopped, or a SIGINT before main
-        signum = e.signum if isinstance(e, Stopped) else signal.SIGINT
-        sys.stderr.write('%s: stopped by %s%s\n' % (
-            PROGRAM, preemption.signal_name(signum),
-            ' before training started; nothing was saved, rerun the same command'
-            if opts.mode in ('train', 'train_and_eval') else '; nothing was written'))
-        sys.exit(128 + signum)
+        words, status = stopped(e)
+        sys.stderr.write('%s: %s%s\n' % (
+            PROGRAM, words, ' before training started; nothing was saved, rerun the same '
+            'command' if opts.mode in ('train', 'train_and_eval') else '; nothing was written'))
+        sys.exit(status)
 
 
 def run(extra_hooks=()):

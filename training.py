@@ -12,7 +12,6 @@ import contextlib
 import functools
 import logging
 import os
-import re
 import signal
 
 import tensorflow.compat.v1 as tf
@@ -22,6 +21,7 @@ import checkpoints
 import cluster_flags
 import devices
 import distribute
+import failures
 import file_db
 import hierarchy
 import hooks
@@ -32,7 +32,7 @@ import records
 import resnet
 import run_dirs
 import run_settings
-from errors import Interrupted, TrainingError, UsageError, op_error_text
+from errors import TrainingError, UsageError, op_error_text
 
 PROGRAM = 'train.py'  # the prefix of the line a second signal writes
 
@@ -70,7 +70,8 @@ def model_run(opts, data_format, plan=None, warm_start=None):
     return run._replace(images_per_step=plan.images_per_step,
                         images_per_global_step=plan.images_per_global_step,
                         worker_name=plan.task.name if plan.task else 'worker',
-                        job=plan.task is not None, head_shards=plan.head_shards)
+                        job=plan.task is not None, head_shards=plan.head_shards,
+                        stop_together=plan.distribution == 'collective')
 
 
 @functools.lru_cache(maxsize=2)
@@ -160,65 +161,6 @@ def make_estimator(opts, run, plan=None):
         if cluster_member else None)
     return tf.estimator.Estimator(model_fn=model_fn.make_model_fn(opts, run),
                                   model_dir=opts.model_dir, config=run_config)
-
-
-# TensorFlow's words for an op it cannot put on a device: a placement problem, not data.
-PLACEMENT_ERRORS = ('Cannot assign a device for operation',
-                    'Could not satisfy explicit device specification',
-                    'no supported kernel for GPU devices')
-
-
-# A file system that refuses a write (a checkpoint, an event file): the fix of each.
-DISK_ERRORS = {'No space left on device': 'free space on the disk of --model_dir=%s (or give '
-                                          'another --model_dir)',
-               'Read-only file system': 'give a --model_dir on a writable disk (not %s)',
-               'Permission denied': 'make --model_dir=%s writable for this user'}
-
-
-def describe_failure(error, opts, step):
-    """One line for an error that stopped training, with what to do about it."""
-    first_line = op_error_text(error)
-    kept = what_is_kept(opts.model_dir)
-    at = ' at step %d' % step if step is not None else ''
-    for cause, fix in DISK_ERRORS.items():
-        if cause in error.message:
-            saving = re.search(r'(model\.ckpt-\d+)_temp', first_line)
-            return ('%s writing %s in --model_dir=%s%s: %s, then rerun the same command to '
-                    'resume; %s' % (cause.lower(), 'the checkpoint ' + saving.group(1)
-                                    if saving else 'a file', opts.model_dir, at,
-                                    fix % opts.model_dir, kept))
-    if model_fn.NON_FINITE_LOSS in error.message or \
-            model_fn.NON_FINITE_SUMMARY in error.message:
-        return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
-    if any(text in error.message for text in PLACEMENT_ERRORS):
-        return ('an op could not be placed on the devices (%s); --num_gpus=%d and '
-                '--visiable_gpu=%d must fit the GPUs this process sees '
-                '(CUDA_VISIBLE_DEVICES=%s); %s' % (
-                    first_line, opts.num_gpus, opts.visiable_gpu,
-                    os.environ.get(devices.GPU_ENV, '<unset>'), kept))
-    if isinstance(error, tf.errors.DataLossError):
-        return ('a shard is truncated or corrupt (%s)%s; find it with: python '
-                'tools/check_tfrecords.py --class_num=%d %s' % (
-                    first_line, at, opts.class_num, os.path.join(opts.data_dir, 'train')))
-    if isinstance(error, tf.errors.InvalidArgumentError):
-        return ('bad record%s: %s; find it with tools/check_tfrecords.py, or train on with '
-                '--skip_bad_records; %s' % (at, first_line, kept))
-    return '%s%s; %s' % (first_line, at, kept)
-
-
-def describe_restart_loop(restarts, opts, step):
-    """One line for a session that failed on every attempt (hooks.RestartLimitHook)."""
-    return ('the session failed %d times in a row%s without completing a step, each time '
-            'with an AbortedError or UnavailableError (logged above as "An error was '
-            'raised"): not a passing preemption; %s' % (
-                restarts, ' at step %d' % step if step is not None else '',
-                what_is_kept(opts.model_dir)))
-
-
-def what_is_kept(model_dir):
-    last = checkpoints.latest_checkpoint(model_dir)
-    return ('the last checkpoint %s is kept' % os.path.basename(last) if last
-            else 'no checkpoint was written')
 
 
 def resume_point(model_dir):
@@ -388,7 +330,7 @@ def train(opts, settings=None, extra_hooks=()):
     estimator = make_estimator(opts, run, plan)
     tracker = hooks.StepTracker()
     preempt = preemption.Preemption(PROGRAM)
-    stop_hook = hooks.StopOnRequestHook(preempt.requested)
+    stop_hook = preemption.StopHook(preempt)
     run_hooks = [tracker, hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
     if plan.distribution == 'ps' and opts.max_iter > 0:
         run_hooks.append(hooks.StopAtGlobalStepHook(opts.max_iter))
@@ -405,9 +347,9 @@ def train(opts, settings=None, extra_hooks=()):
     except tf.errors.OpError as e:
         if chief:  # a failed save's model.ckpt-N_temp/
             run_dirs.remove_leftovers(opts.model_dir)
-        raise TrainingError(describe_failure(e, opts, tracker.failed_step))
+        raise TrainingError(failures.describe_failure(e, opts, tracker.failed_step))
     except hooks.RestartLoop as e:
-        raise TrainingError(describe_restart_loop(e.restarts, opts, tracker.failed_step))
+        raise TrainingError(failures.describe_restart_loop(e.restarts, opts, tracker.failed_step))
     except UnicodeDecodeError:
         # TF quotes the raw bytes of an unparseable record in its error, which then fails
         # to decode as text: all that is left to say is which kind of problem it was.
@@ -415,8 +357,8 @@ def train(opts, settings=None, extra_hooks=()):
             'a record is not a tf.train.Example%s; find it with tools/check_tfrecords.py, '
             'or train on with --skip_bad_records' % (
                 ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
-    if preempt.signum is not None:
-        raise interrupted(preempt.signum, opts, plan, tracker.last_step)
+    if preempt.requested():
+        raise failures.interrupted(preempt, opts, plan, tracker.last_step)
     tf.logging.info('done; TensorBoard: tensorboard --logdir %s', opts.model_dir)
     return estimator
 
@@ -445,20 +387,6 @@ def train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks, 
                 evaluate(opts, estimator, files=val_files, run_hooks=[stop_hook])
     else:
         train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
-
-
-def interrupted(signum, opts, plan, step):
-    """errors.Interrupted for a run a signal stopped after its step in flight."""
-    name = preemption.signal_name(signum)
-    if plan.task is not None and plan.task.type != 'chief':
-        return Interrupted(signum, '%s stopped by %s after global step %s; the chief saves '
-                           'the checkpoint; rerun the same command to resume' % (
-                               plan.task.name, name, step))
-    last = checkpoints.latest_checkpoint(opts.model_dir)
-    saved = ('saved %s' % last if last and last.endswith('-%s' % step)
-             else 'the last checkpoint is %s' % (last or 'none'))
-    return Interrupted(signum, 'stopped by %s at global step %s: %s; rerun the same '
-                       'command to resume' % (name, step, saved))
 
 
 def pretrained_variables(opts, data_format):

@@ -112,17 +112,6 @@ def test_prediction_and_export_sessions_soft_place_and_grow():
     assert source.count('tf.Session(') == source.count('config=devices.session_config()') == 3
 
 
-def test_a_placement_error_is_named_as_one_not_as_a_bad_record(tmp_path):
-    opts = options(model_dir=str(tmp_path), num_gpus=2, visiable_gpu=0)
-    error = tf.errors.InvalidArgumentError(
-        None, None, "Cannot assign a device for operation images: Could not satisfy "
-        "explicit device specification '/device:GPU:0' because no supported kernel for "
-        "GPU devices is available.")
-    text = training.describe_failure(error, opts, 1)
-    assert text.startswith('an op could not be placed on the devices') and \
-        'bad record' not in text and '--num_gpus=2' in text, text
-
-
 def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
     import model_fn
     with tf.Graph().as_default() as graph:

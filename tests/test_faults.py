@@ -1,9 +1,10 @@
 """Fault injection on real train.py processes (ResNet-18, 32 px, the small shared dataset):
-signals, damaged checkpoint state, a second trainer, a dead launcher, a full disk, bad
-directories, empty splits. Signals are sent on log-line events while tests/gated_train.py
-holds the run before a later step, so work is always left; each case checks the exit
-status, the one line, the checkpoint files before and after, and that a rerun ends at
---max_iter."""
+signals (to a run, to one task of a synchronous job, to an evaluation, to each tool),
+damaged checkpoint state, a second trainer, a dead launcher, a full disk, bad directories,
+empty splits. Signals are sent on log-line events while tests/gated_train.py (or for a tool
+tests/gated_tool.py) holds the run before a later step, so work is always left; each case
+checks the exit status, the one line, the checkpoint files before and after, and that a
+rerun ends at --max_iter."""
 import hashlib
 import os
 import re
@@ -15,11 +16,13 @@ import threading
 import pytest
 import tensorflow.compat.v1 as tf
 
-from helpers import ENV, ROOT, run_train, small_run_flags
+from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags
+from tools import ports
 
 pytestmark = pytest.mark.slow
 
 GATED = os.path.join(ROOT, 'tests', 'gated_train.py')
+GATED_TOOL = os.path.join(ROOT, 'tests', 'gated_tool.py')
 STEP_LINE = r'\bstep (\d+): '
 
 
@@ -359,7 +362,9 @@ def test_two_record_builders_on_one_split(tmp_path):
         a.kill()
         a.wait()
     assert a.returncode == 130, a_err
-    assert a_err.strip().splitlines()[-1].startswith('make_tfrecords.py: error: interrupted')
+    assert a_err.strip().splitlines()[-1] == (
+        'make_tfrecords.py: error: stopped by SIGINT; finished shards are kept, rerun the same '
+        'command to complete the rest')
     assert 'Traceback' not in a_err
     b = subprocess.run(builder(tmp_path / 'b.txt'), cwd=ROOT, env=ENV, capture_output=True,
                        text=True, timeout=300)
@@ -381,6 +386,140 @@ def test_a_second_signal_exits_at_once(dataset, tmp_path):
     assert status == 130, run.text()
     assert last.startswith('train.py: SIGINT again: exiting at once'), last
     assert checkpoint_files(model_dir) == before
+
+
+def test_a_signal_to_one_task_of_a_synchronous_job_stops_every_task_at_one_step(dataset,
+                                                                                tmp_path):
+    """--distribution=collective, two tasks started by hand, both held before local step 7
+    until the signal is sent: SIGTERM to the non-chief worker only, after its step 3. The
+    tasks agree on the stop in each step, so both stop after the same global step (neither
+    waits in a step the other never takes); the chief saves it; both exit 143 with their
+    one line; the rerun of both ends at --max_iter."""
+    model_dir = str(tmp_path / 'model')
+    hosts = ','.join('127.0.0.1:%d' % p for p in ports.free_ports(2))
+    args = flags(dataset, model_dir, 16, '--worker_num=2', '--worker_hosts=' + hosts)
+    chief, worker = (Run(args + ['--worker_id=%d' % k], str(tmp_path), hold=7)
+                     for k in (0, 1))
+    drain = threading.Thread(target=chief.until, args=('$^',), daemon=True)
+    drain.start()
+    try:
+        assert worker.until(r'\bstep 3: '), worker.text()
+        worker.proc.send_signal(signal.SIGTERM)
+        chief.release()
+        worker.release()
+        statuses = [worker.finish()]
+        drain.join()
+        statuses.append(chief.finish())
+    finally:
+        for run in (chief, worker):
+            run.proc.kill()
+    (w_status, w_last), (c_status, c_last) = statuses
+    assert (w_status, c_status) == (143, 143), (worker.text(), chief.text())
+    w_match = re.match(r'train\.py: worker:0 stopped by SIGTERM after global step (\d+); the '
+                       r'chief saves the checkpoint; rerun the same command to resume$', w_last)
+    c_match = re.match(r'train\.py: stopped by SIGTERM to another task of the job at global '
+                       r'step (\d+): saved (\S+); rerun the same command to resume$', c_last)
+    assert w_match and c_match, (w_last, c_last)
+    step = int(c_match.group(1))
+    assert w_match.group(1) == c_match.group(1) and 3 <= step <= 8, (w_last, c_last)
+    assert c_match.group(2) == os.path.join(model_dir, 'model.ckpt-%d' % step)
+    assert steps_saved(model_dir) == [0, step]
+    assert 'Traceback' not in ''.join(chief.lines + worker.lines)
+    reruns = [Run(args + ['--worker_id=%d' % k], str(tmp_path)) for k in (0, 1)]
+    drain = threading.Thread(target=reruns[0].until, args=('$^',), daemon=True)
+    drain.start()
+    statuses = [reruns[1].finish()]
+    drain.join()
+    statuses.append(reruns[0].finish())
+    assert [s for s, _ in statuses] == [0, 0], (reruns[0].text(), reruns[1].text())
+    assert steps_saved(model_dir) == [0, step, 16]
+
+
+def test_an_evaluation_stopped_by_a_signal_is_one_line_and_changes_nothing(dataset, trained,
+                                                                           tmp_path):
+    """--mode=eval held before its second val batch (the gate): SIGTERM there is one line,
+    status 143, no traceback, the checkpoints byte-equal."""
+    model_dir = copy_model(trained, tmp_path)
+    before = checkpoint_files(model_dir)
+    run = Run(flags(dataset, model_dir, 10, '--mode=eval', '--test_iter=0'), str(tmp_path),
+              hold=2)
+    assert run.until(r'test gate: holding before local step 2'), run.text()
+    run.proc.send_signal(signal.SIGTERM)
+    status, last = run.finish()
+    assert (status, last) == (143, 'train.py: stopped by SIGTERM; nothing was written'), \
+        run.text()
+    assert 'Traceback' not in ''.join(run.lines)
+    assert not [line for line in run.lines if 'evaluated ' in line]
+    assert checkpoint_files(model_dir) == before
+
+
+def gated_tool(tool, args, gate, tmp_path):
+    """tests/gated_tool.py running tools/<tool> held at the call `gate` names
+    (MODULE:FUNCTION:N); a Run with stdout and stderr read."""
+    path = str(tmp_path / 'tool-gate')
+    env = dict(ENV, TOOL_TEST_GATE='%s:%s' % (gate, path))
+    run = Run([os.path.join(ROOT, 'tools', tool)] + args, str(tmp_path), program=GATED_TOOL,
+              env=env)
+    run.gate = path
+    return run
+
+
+def tool_cases(dataset, trained, tmp_path):
+    """(tool, arguments, gate, the one line's start after 'TOOL: ', what is left) of each
+    tool; every gate holds with work left by construction."""
+    out = tmp_path / 'out'
+    lists = tmp_path / 'lists.txt'
+    image_dir = os.path.join(os.path.dirname(dataset), 'images')  # helpers.write_dataset's
+    lists.write_text(''.join('%s 0:1\n' % name for name in sorted(os.listdir(image_dir))[:4]))
+    return {
+        'check_tfrecords.py': (
+            ['--class_num=%d' % CLASSES, '--workers=1', dataset],
+            'tools.shard_checks:check_file:2',
+            'stopped by SIGTERM; nothing was reported, rerun to check the files'),
+        'predict.py': (
+            ['--checkpoint', trained, '--batch_size=1', '--output', str(out / 'p.tsv'),
+             image_dir],
+            'inference_io:read_image_file:3',
+            'error: stopped by SIGTERM; nothing was written to %s' % (out / 'p.tsv')),
+        'make_tfrecords.py': (
+            ['--out_dir', str(out), '--image_root', image_dir,
+             '--class_num', str(CLASSES), '--workers', '1', '--num_shards', '2', str(lists)],
+            'tools.images:load_image:3',
+            'error: stopped by SIGTERM; finished shards are kept, rerun the same command to '
+            'complete the rest'),
+        'convert_tfrecords.py': (
+            ['--short_side', '16', '--workers', '1', os.path.join(dataset, 'train'),
+             str(out / 'small')],
+            'tools.images:downscale:2',
+            'error: stopped by SIGTERM; finished shards are kept, rerun the same command to '
+            'convert the rest'),
+    }
+
+
+@pytest.mark.parametrize('tool', ['check_tfrecords.py', 'predict.py', 'make_tfrecords.py',
+                                  'convert_tfrecords.py'])
+def test_a_tool_stopped_by_sigterm_is_one_line_and_leaves_nothing_half_written(
+        dataset, trained, tmp_path, tool):
+    """Each tool held before a later image or shard (tests/gated_tool.py) gets SIGTERM:
+    status 143, one line naming the signal and what is kept, no traceback, no temporary
+    file; the record tools' rerun completes."""
+    (tmp_path / 'out').mkdir()
+    args, gate, words = tool_cases(dataset, trained, tmp_path)[tool]
+    run = gated_tool(tool, args, gate, tmp_path)
+    assert run.until(r'test gate: holding'), run.text()
+    run.proc.send_signal(signal.SIGTERM)
+    status, last = run.finish()
+    assert (status, last) == (143, '%s: %s' % (tool, words)), run.text()
+    assert 'Traceback' not in ''.join(run.lines)
+    left = [os.path.relpath(os.path.join(d, n), str(tmp_path / 'out'))
+            for d, _, names in os.walk(str(tmp_path / 'out')) for n in names]
+    assert not [n for n in left if n.endswith(('.tmp', '_temp')) or '/.tmp' in n], left
+    if tool == 'predict.py':
+        assert left == []
+    if tool in ('make_tfrecords.py', 'convert_tfrecords.py'):
+        rerun = subprocess.run([sys.executable, os.path.join(ROOT, 'tools', tool)] + args,
+                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
 
 
 def make_split_empty(dataset, tmp_path, split):

@@ -1,38 +1,11 @@
-"""training.py's own decisions, in process: how a failure is named, and what the first log
-lines say of the global batch and the epochs."""
+"""training.py's own decisions, in process: what the first log lines say of the global batch
+and the epochs."""
 import os
-
-import pytest
-import tensorflow.compat.v1 as tf
 
 import distribute
 import file_db
 import training
 from helpers import options
-
-
-@pytest.mark.parametrize('error,start', [
-    (tf.errors.InvalidArgumentError(None, None, 'non-finite training loss : Tensor had NaN'),
-     'the training loss became NaN or Inf at step 4; training stopped'),
-    # A histogram summary that meets the NaN first names the same cause.
-    (tf.errors.InvalidArgumentError(None, None, 'Nan in summary histogram for: sigmod_ce'),
-     'the training loss became NaN or Inf at step 4; training stopped'),
-    (tf.errors.DataLossError(None, None, 'corrupted record at 12'),
-     'a shard is truncated or corrupt (corrupted record at 12) at step 4; find it with'),
-    (tf.errors.InvalidArgumentError(None, None, 'Invalid JPEG data'),
-     'bad record at step 4: Invalid JPEG data; find it with tools/check_tfrecords.py'),
-])
-def test_each_failure_gets_its_own_message(error, start, tmp_path):
-    text = training.describe_failure(error, options(model_dir=str(tmp_path)), 4)
-    assert text.startswith(start), text
-
-
-def test_a_session_that_only_restarts_gets_its_own_message(tmp_path):
-    text = training.describe_restart_loop(6, options(model_dir=str(tmp_path)), 3)
-    assert text == ('the session failed 6 times in a row at step 3 without completing a '
-                    'step, each time with an AbortedError or UnavailableError (logged above '
-                    'as "An error was raised"): not a passing preemption; no checkpoint was '
-                    'written')
 
 
 def test_the_epochs_max_iter_makes(tmp_path):

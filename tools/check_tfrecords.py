@@ -42,7 +42,7 @@ if __name__ == '__main__':
 import file_db  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402
 import startup  # noqa: E402
-from errors import UsageError  # noqa: E402 -- bad input: one line, exit status 2
+from errors import UsageError, stop_raises, stopped  # noqa: E402 -- UsageError: exit 2
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shard_checks  # noqa: E402
@@ -369,9 +369,11 @@ def main(argv=None):
         summary = check_files(paths, args.class_num, workers=args.workers,
                               progress=not args.quiet, mask_thres=args.mask_thres,
                               hierarchy=hierarchy, label_type=args.label_type)
-    except KeyboardInterrupt:
-        sys.stderr.write('\n%s: interrupted\n' % PROG)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, no report
+        words, status = stopped(exc)
+        sys.stderr.write('\n%s: %s; nothing was reported, rerun to check the files\n'
+                         % (PROG, words))
+        return status
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=1) + '\n')
     else:
@@ -381,4 +383,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
     sys.exit(main())

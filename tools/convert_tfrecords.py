@@ -45,6 +45,7 @@ if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/convert_tfrecords.py: the checkout importable
 
 import run_dirs  # noqa: E402
+from errors import stop_raises, stopped  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import shards  # noqa: E402
@@ -396,9 +397,11 @@ def main(argv=None):
     except ConvertError as exc:
         _error(exc)
         return 2
-    except KeyboardInterrupt:
-        _error('interrupted; finished shards are kept, rerun to convert the rest')
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
+        words, status = stopped(exc)
+        _error('%s; finished shards are kept, rerun the same command to convert the rest'
+               % words)
+        return status
     t = summary['totals']
     print('shards converted: %d, skipped (exist in OUT): %d, empty (not written): %d'
           % (len(summary['shards_written']), len(summary['shards_skipped']),
@@ -417,4 +420,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
     sys.exit(main())

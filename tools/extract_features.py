@@ -26,6 +26,7 @@ if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/extract_features.py: the checkout importable
 
 import startup  # noqa: E402
+from errors import stop_raises, stopped  # noqa: E402
 from tools import common  # noqa: E402
 from tools import predict as _predict  # noqa: E402
 
@@ -90,9 +91,10 @@ def main(argv=None):
         result = _predict.with_predictor(
             args, work, error, list_separator=' ' if args.format == 'original' else None,
             settings=[name for name in _predict.SETTINGS if name != 'label_type'], prog=PROG)
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
-        error('interrupted; the output may be incomplete')
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
+        words, status = stopped(exc)
+        error('%s; %s' % (words, _predict.unfinished_output(args.output)))
+        return status
     if result is None:
         return 2
     processed, skipped, dim = result
@@ -105,4 +107,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
     sys.exit(main())

@@ -63,6 +63,7 @@ if __name__ == '__main__':
 import hierarchy as hierarchy_lib  # noqa: E402
 import run_dirs  # noqa: E402
 import startup  # noqa: E402
+from errors import stop_raises, stopped  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools import archives, shard_plan, shards  # noqa: E402
@@ -466,12 +467,15 @@ def main(argv=None):
     except (MakeRecordsError, hierarchy_lib.HierarchyError) as exc:
         _error(exc)
         return 2
-    except KeyboardInterrupt:
-        _error('interrupted; finished shards are kept, rerun to complete the rest')
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
+        words, status = stopped(exc)
+        _error('%s; finished shards are kept, rerun the same command to complete the rest'
+               % words)
+        return status
     _print_summary(summary, hierarchy)
     return 0
 
 
 if __name__ == '__main__':
+    stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
     sys.exit(main())

@@ -42,6 +42,7 @@ import flags  # noqa: E402
 import hierarchy as hierarchy_lib  # noqa: E402
 import inference_settings  # noqa: E402
 import startup  # noqa: E402
+from errors import stop_raises, stopped  # noqa: E402
 from tools import common  # noqa: E402
 
 PROG = 'predict.py'
@@ -279,6 +280,14 @@ def with_predictor(args, work, error, top_k=5, list_separator=None, settings=tup
             predictor.close()
 
 
+def unfinished_output(output):
+    """What an interrupted run leaves of --output: a file appears only when complete
+    (inference_io.atomic_output)."""
+    if output in (None, '-'):
+        return 'the output on stdout is incomplete'
+    return 'nothing was written to %s' % output
+
+
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
     startup.check_versions('predict.py')
@@ -329,9 +338,10 @@ def main(argv=None):
     try:
         result = with_predictor(args, work, error, args.top_k,
                                 '\t' if args.format == 'original' else None, names)
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
-        error('interrupted; the output may be incomplete')
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
+        words, status = stopped(exc)
+        error('%s; %s' % (words, unfinished_output(args.output)))
+        return status
     if result is None:
         return 2
     processed, skipped = result
@@ -343,4 +353,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
     sys.exit(main())
