@@ -481,6 +481,11 @@ def tool_cases(dataset, trained, tmp_path):
              image_dir],
             'inference_io:read_image_file:3',
             'error: stopped by SIGTERM; nothing was written to %s' % (out / 'p.tsv')),
+        'extract_features.py': (
+            ['--checkpoint', trained, '--batch_size=1', '--output', str(out / 'f.npy'),
+             image_dir],
+            'inference_io:read_image_file:3',
+            'error: stopped by SIGTERM; nothing was written to %s' % (out / 'f.npy')),
         'make_tfrecords.py': (
             ['--out_dir', str(out), '--image_root', image_dir,
              '--class_num', str(CLASSES), '--workers', '1', '--num_shards', '2', str(lists)],
@@ -496,8 +501,8 @@ def tool_cases(dataset, trained, tmp_path):
     }
 
 
-@pytest.mark.parametrize('tool', ['check_tfrecords.py', 'predict.py', 'make_tfrecords.py',
-                                  'convert_tfrecords.py'])
+@pytest.mark.parametrize('tool', ['check_tfrecords.py', 'predict.py', 'extract_features.py',
+                                  'make_tfrecords.py', 'convert_tfrecords.py'])
 def test_a_tool_stopped_by_sigterm_is_one_line_and_leaves_nothing_half_written(
         dataset, trained, tmp_path, tool):
     """Each tool held before a later image or shard (tests/gated_tool.py) gets SIGTERM:
@@ -514,7 +519,7 @@ def test_a_tool_stopped_by_sigterm_is_one_line_and_leaves_nothing_half_written(
     left = [os.path.relpath(os.path.join(d, n), str(tmp_path / 'out'))
             for d, _, names in os.walk(str(tmp_path / 'out')) for n in names]
     assert not [n for n in left if n.endswith(('.tmp', '_temp')) or '/.tmp' in n], left
-    if tool == 'predict.py':
+    if tool in ('predict.py', 'extract_features.py'):
         assert left == []
     if tool in ('make_tfrecords.py', 'convert_tfrecords.py'):
         rerun = subprocess.run([sys.executable, os.path.join(ROOT, 'tools', tool)] + args,
