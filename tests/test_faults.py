@@ -471,6 +471,9 @@ def tool_cases(dataset, trained, tmp_path):
     lists = tmp_path / 'lists.txt'
     image_dir = os.path.join(os.path.dirname(dataset), 'images')  # helpers.write_dataset's
     lists.write_text(''.join('%s 0:1\n' % name for name in sorted(os.listdir(image_dir))[:4]))
+    urls = tmp_path / 'urls.tsv'  # Tencent's URL list: a URL and its labels a line
+    urls.write_text(''.join('https://farm1.staticflickr.com/1/%d_a_o.jpg\t0:1\n' % i
+                            for i in range(4)))
     return {
         'check_tfrecords.py': (
             ['--class_num=%d' % CLASSES, '--workers=1', dataset],
@@ -486,6 +489,11 @@ def tool_cases(dataset, trained, tmp_path):
              image_dir],
             'inference_io:read_image_file:3',
             'error: stopped by SIGTERM; nothing was written to %s' % (out / 'f.npy')),
+        'urls_to_img2dataset.py': (
+            [str(urls), str(out / 'parquet'), '--rows_per_file=1'],
+            'tools.image_lists:parse_sparse:3',
+            'error: stopped by SIGTERM; %s was left as it was, rerun the same command'
+            % (out / 'parquet')),
         'make_tfrecords.py': (
             ['--out_dir', str(out), '--image_root', image_dir,
              '--class_num', str(CLASSES), '--workers', '1', '--num_shards', '2', str(lists)],
@@ -502,7 +510,8 @@ def tool_cases(dataset, trained, tmp_path):
 
 
 @pytest.mark.parametrize('tool', ['check_tfrecords.py', 'predict.py', 'extract_features.py',
-                                  'make_tfrecords.py', 'convert_tfrecords.py'])
+                                  'urls_to_img2dataset.py', 'make_tfrecords.py',
+                                  'convert_tfrecords.py'])
 def test_a_tool_stopped_by_sigterm_is_one_line_and_leaves_nothing_half_written(
         dataset, trained, tmp_path, tool):
     """Each tool held before a later image or shard (tests/gated_tool.py) gets SIGTERM:
@@ -519,7 +528,7 @@ def test_a_tool_stopped_by_sigterm_is_one_line_and_leaves_nothing_half_written(
     left = [os.path.relpath(os.path.join(d, n), str(tmp_path / 'out'))
             for d, _, names in os.walk(str(tmp_path / 'out')) for n in names]
     assert not [n for n in left if n.endswith(('.tmp', '_temp')) or '/.tmp' in n], left
-    if tool in ('predict.py', 'extract_features.py'):
+    if tool in ('predict.py', 'extract_features.py', 'urls_to_img2dataset.py'):
         assert left == []
     if tool in ('make_tfrecords.py', 'convert_tfrecords.py'):
         rerun = subprocess.run([sys.executable, os.path.join(ROOT, 'tools', tool)] + args,

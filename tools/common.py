@@ -1,6 +1,6 @@
-"""What the record tools share: their argparse helpers, the worker count and the two ways
-they run tasks in worker processes ('spawn' context: forking a process that has imported
-TensorFlow is unsafe).
+"""What the tools share: their argparse helpers and one-line errors, the worker count and
+the two ways they run tasks in worker processes ('spawn' context: forking a process that
+has imported TensorFlow is unsafe).
 
 run_tasks / run_pool: independent tasks, `func(task, report)` in a Pool; what a worker
   passes to report(...) reaches the parent's on_progress(...) through a queue, and a
@@ -17,6 +17,7 @@ import multiprocessing.connection
 import os
 import queue as queue_module
 import signal
+import sys
 import tempfile
 import warnings
 
@@ -35,6 +36,16 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, '%s: error: %s%s\n' % (self.prog, message, self.error_hint))
+
+
+# What a tool of the download path says when img2dataset or pyarrow is missing.
+DOWNLOAD_EXTRAS = 'install the download extras: pip install -r requirements-download.txt'
+
+
+def error_line(prog, message):
+    """Writes `PROG: error: MESSAGE` to stderr, the message on one line (its whitespace,
+    newlines included, collapsed)."""
+    sys.stderr.write('%s: error: %s\n' % (prog, ' '.join(str(message).split())))
 
 
 def int_at_least(minimum, bound):

@@ -380,7 +380,7 @@ def build_parser():
 
 
 def _error(message):
-    sys.stderr.write('%s: error: %s\n' % (PROG, ' '.join(str(message).split())))
+    common.error_line(PROG, message)
 
 
 def main(argv=None):

@@ -45,6 +45,7 @@ import sys
 if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/img2dataset_to_list.py: the checkout importable
 
+from errors import stop_raises, stopped  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 
@@ -367,8 +368,11 @@ def main(argv=None):
                           args.number_sample_per_shard, args.placeholder_min_urls,
                           frozenset(known), args.overwrite, progress=not args.quiet)
     except ImportError as exc:
-        return _error('%s; install the download extras: pip install -r '
-                      'requirements-download.txt' % exc, 2)
+        return _error('%s; %s' % (exc, common.DOWNLOAD_EXTRAS), 2)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
+        words, status = stopped(exc)
+        return _error('%s; %s was left as it was, rerun the same command'
+                      % (words, args.out_dir), status)
     except IncompleteDownloadError as exc:
         return _error(exc, 1)
     except (ListError, OSError) as exc:
@@ -387,9 +391,10 @@ def main(argv=None):
 
 
 def _error(message, status):
-    sys.stderr.write('%s: error: %s\n' % (PROG, ' '.join(str(message).split())))
+    common.error_line(PROG, message)
     return status
 
 
 if __name__ == '__main__':
+    stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
     sys.exit(main())

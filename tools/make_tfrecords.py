@@ -410,7 +410,7 @@ def _closure_line(summary, hierarchy):
 # ---------------------------------------------------------------------------- CLI
 
 def _error(message):
-    sys.stderr.write('%s: error: %s\n' % (PROG, ' '.join(str(message).split())))
+    common.error_line(PROG, message)
 
 
 def _print_summary(summary, hierarchy=None):

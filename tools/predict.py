@@ -197,7 +197,7 @@ def build_parser():
 
 
 def error(message):
-    sys.stderr.write('%s: error: %s\n' % (PROG, ' '.join(str(message).split())))
+    common.error_line(PROG, message)
 
 
 def check_model_arguments(parser, args):

@@ -34,6 +34,7 @@ import sys
 if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/urls_to_img2dataset.py: the checkout importable
 
+from errors import stop_raises, stopped  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools.image_lists import ListFormatError, parse_sparse  # noqa: E402
@@ -212,12 +213,16 @@ def main(argv=None):
         summary = convert(args.url_list, args.out_dir, args.rows_per_file,
                           args.overwrite, progress=not args.quiet)
     except ImportError as exc:
-        sys.stderr.write('%s: error: %s; install the download extras: pip install -r '
-                         'requirements-download.txt\n' % (PROG, exc))
+        common.error_line(PROG, '%s; %s' % (exc, common.DOWNLOAD_EXTRAS))
         return 2
     except (ConvertError, ListFormatError) as exc:
-        sys.stderr.write('%s: error: %s\n' % (PROG, ' '.join(str(exc).split())))
+        common.error_line(PROG, exc)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
+        words, status = stopped(exc)
+        common.error_line(PROG, '%s; %s was left as it was, rerun the same command'
+                          % (words, args.out_dir))
+        return status
     print('rows: %d in %d files (%s)' % (summary['rows'], summary['files'],
                                          summary['out_dir']))
     print('repeated file names given a -k suffix: %d' % summary['renamed'])
@@ -225,4 +230,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
     sys.exit(main())
