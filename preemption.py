@@ -1,10 +1,10 @@
 """A training run stopped by SIGTERM (Kubernetes' preemption: SIGKILL follows 30 s later) or
-SIGINT (Ctrl-C) loses no work: the signal only sets a flag, StopHook ends
-the session after the step in flight, the Estimator's CheckpointSaverHook then saves the
-current global step (in a cluster: the chief's; the other tasks just stop), and training
-raises errors.Interrupted, which train.py reports as one line with exit status 128 +
-signal (143 / 130: retryable for Kubeflow's ExitCode restart policy). A second signal
-exits at once.
+SIGINT (Ctrl-C) loses no work: the signal only sets a flag, StopHook ends the session after
+the step in flight, the Estimator's CheckpointSaverHook then saves the current global step
+(in a cluster: the chief's; the other tasks just stop), and training raises
+errors.Interrupted, which train.py reports as one line with exit status 128 + signal
+(143 / 130: retryable for Kubeflow's ExitCode restart policy). A second signal exits at
+once.
 
 In a synchronous job (--distribution=collective) every step is one all-reduce of all the
 tasks, so a task that stopped alone would leave the others waiting in a step it never takes.

@@ -15,7 +15,7 @@ import distribute
 import file_db
 import input_pipeline
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import ENV, ROOT, options, run_train, scalar_tags
+from helpers import ENV, LOGICAL_CPUS, ROOT, options, run_train, scalar_tags
 
 
 def config(cluster, task_type, index):
@@ -192,17 +192,6 @@ def test_cluster_flag_errors_are_one_line(tmp_path):
 
 
 # --------------------------------------------------------------------- 1 vs 2 replicas
-
-LOGICAL_CPUS = '''
-import sys
-import tensorflow.compat.v1 as tf
-tf.disable_v2_behavior()
-cpu = tf.config.list_physical_devices('CPU')[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, %r)
-import distribute
-distribute.mirrored_devices = lambda k: ['/device:CPU:%%d' %% i for i in range(k)]
-''' % ROOT
 
 LOSS_CHILD = LOGICAL_CPUS + '''
 import json

@@ -27,9 +27,7 @@ STEP_LINE = r'\bstep (\d+): '
 
 
 def flags(data, model_dir, max_iter, *more):
-    out = small_run_flags(data, model_dir, max_iter)
-    out[out.index('--resnet_size=50')] = '--resnet_size=18'
-    return out + list(more)
+    return small_run_flags(data, model_dir, max_iter) + list(more)
 
 
 def checkpoint_files(model_dir):

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import preemption
-from helpers import ENV, ROOT
+from helpers import ENV, LOGICAL_CPUS, ROOT
 
 
 class At(tf.train.SessionRunHook):
@@ -85,17 +85,9 @@ def test_with_agreement_another_tasks_signal_stops_this_one_and_is_named():
     assert preempt.requested()
 
 
-AGREEMENT_CHILD = '''
+AGREEMENT_CHILD = LOGICAL_CPUS + '''
 import json
-import sys
-import tensorflow.compat.v1 as tf
-tf.disable_v2_behavior()
-cpu = tf.config.list_physical_devices('CPU')[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, %r)
-import distribute
 import preemption
-distribute.mirrored_devices = lambda k: ['/device:CPU:%%d' %% i for i in range(k)]
 
 strategy = distribute.train_distribute('none', 2)
 with strategy.scope():
@@ -110,7 +102,7 @@ with tf.Session(config=tf.ConfigProto(device_count={'CPU': 2})) as sess:
     out['both'] = [a.tolist() for a in sess.run(
         agreed, {requests[0]: [1, 0], requests[1]: [0, 1]})]
 print(json.dumps({'requests': len(requests), 'agreed': out}))
-''' % ROOT
+'''
 
 
 def test_the_agreement_is_the_max_over_the_replicas():
