@@ -21,6 +21,7 @@ import sys
 import tempfile
 import warnings
 
+from errors import stopped
 from tools import progress as _progress
 
 
@@ -38,14 +39,24 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, '%s: error: %s%s\n' % (self.prog, message, self.error_hint))
 
 
-# What a tool of the download path says when img2dataset or pyarrow is missing.
-DOWNLOAD_EXTRAS = 'install the download extras: pip install -r requirements-download.txt'
-
-
 def error_line(prog, message):
     """Writes `PROG: error: MESSAGE` to stderr, the message on one line (its whitespace,
     newlines included, collapsed)."""
     sys.stderr.write('%s: error: %s\n' % (prog, ' '.join(str(message).split())))
+
+
+def download_failure(prog, exc, out_dir):
+    """The one line and the exit status of a tool of the download path (urls_to_img2dataset,
+    img2dataset_to_list) stopped by an ImportError (img2dataset or pyarrow missing: 2, naming
+    the download extras) or a KeyboardInterrupt (SIGTERM or Ctrl-C: 128 + the signal; OUT,
+    written whole or not at all, left as it was)."""
+    if isinstance(exc, ImportError):
+        error_line(prog, '%s; install the download extras: pip install -r '
+                   'requirements-download.txt' % exc)
+        return 2
+    words, status = stopped(exc)
+    error_line(prog, '%s; %s was left as it was, rerun the same command' % (words, out_dir))
+    return status
 
 
 def int_at_least(minimum, bound):

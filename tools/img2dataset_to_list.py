@@ -45,7 +45,7 @@ import sys
 if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/img2dataset_to_list.py: the checkout importable
 
-from errors import stop_raises, stopped  # noqa: E402
+from errors import stop_raises  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 
@@ -367,12 +367,8 @@ def main(argv=None):
         summary = convert(args.download_dir, args.input_dir, args.out_dir,
                           args.number_sample_per_shard, args.placeholder_min_urls,
                           frozenset(known), args.overwrite, progress=not args.quiet)
-    except ImportError as exc:
-        return _error('%s; %s' % (exc, common.DOWNLOAD_EXTRAS), 2)
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
-        words, status = stopped(exc)
-        return _error('%s; %s was left as it was, rerun the same command'
-                      % (words, args.out_dir), status)
+    except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
+        return common.download_failure(PROG, exc, args.out_dir)
     except IncompleteDownloadError as exc:
         return _error(exc, 1)
     except (ListError, OSError) as exc:

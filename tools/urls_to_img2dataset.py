@@ -34,7 +34,7 @@ import sys
 if __name__ == '__main__':
     import _checkout  # noqa: F401 -- python tools/urls_to_img2dataset.py: the checkout importable
 
-from errors import stop_raises, stopped  # noqa: E402
+from errors import stop_raises  # noqa: E402
 from tools import common  # noqa: E402
 from tools import progress as _progress  # noqa: E402
 from tools.image_lists import ListFormatError, parse_sparse  # noqa: E402
@@ -212,17 +212,11 @@ def main(argv=None):
     try:
         summary = convert(args.url_list, args.out_dir, args.rows_per_file,
                           args.overwrite, progress=not args.quiet)
-    except ImportError as exc:
-        common.error_line(PROG, '%s; %s' % (exc, common.DOWNLOAD_EXTRAS))
-        return 2
+    except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
+        return common.download_failure(PROG, exc, args.out_dir)
     except (ConvertError, ListFormatError) as exc:
         common.error_line(PROG, exc)
         return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
-        words, status = stopped(exc)
-        common.error_line(PROG, '%s; %s was left as it was, rerun the same command'
-                          % (words, args.out_dir))
-        return status
     print('rows: %d in %d files (%s)' % (summary['rows'], summary['files'],
                                          summary['out_dir']))
     print('repeated file names given a -k suffix: %d' % summary['renamed'])
