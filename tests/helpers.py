@@ -3,6 +3,7 @@ make_tfrecords, train.py run as a user runs it, TensorBoard scalars, and image f
 every kind the record tools meet. Plain functions; conftest.py makes fixtures of them."""
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -77,6 +78,45 @@ def scalar_tags(model_dir):
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
             for tag in acc.Tags()['scalars']}
+
+
+def cluster_run_flags(data, model_dir, max_iter, snapshot=100):
+    """A tiny train.py run for the tasks of a cluster (ResNet-18, 32 px, batch 2, one
+    preprocessing thread: several of them share 2 cores)."""
+    return ['--data_dir=' + data, '--model_dir=' + model_dir,
+            '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
+            '--resnet_size=18', '--image_size=32', '--batch_size=2', '--lr=0.01',
+            '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=%d' % snapshot,
+            '--shuffle_buffer=8', '--data_format=NHWC', '--num_preprocess_threads=1']
+
+
+def files_read(lines):
+    """(k, shard names) of every 'worker k/n reads m shard files: a, b' line."""
+    found = []
+    for line in lines:
+        match = re.search(r'worker (\d+)/(\d+) reads \d+ shard files: (.*)$', line)
+        if match:
+            found.append((int(match.group(1)), match.group(3).split(', ')))
+    return found
+
+
+def checkpoint_values(model_dir):
+    """{variable name: value} of the latest checkpoint in model_dir (there must be one)."""
+    path = tf.train.latest_checkpoint(model_dir)
+    assert path, model_dir
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def assert_identical_weights(model_dir, max_iter):
+    """A collective job's chief and worker ended at max_iter with the same variables:
+    TensorFlow has the non-chief worker save its own copy under tmp_worker_<index>."""
+    chief = checkpoint_values(model_dir)
+    worker = checkpoint_values(os.path.join(model_dir, 'tmp_worker_0'))
+    assert chief['global_step'] == worker['global_step'] == max_iter
+    assert set(chief) == set(worker)
+    for name in chief:
+        np.testing.assert_array_equal(chief[name], worker[name], err_msg=name)
 
 
 def write_lines(path, lines):

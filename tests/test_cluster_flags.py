@@ -11,14 +11,14 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 import cluster_flags
 import flags as flags_lib
 from errors import UsageError
-from helpers import CLASSES, ENV, write_dataset
+from helpers import ENV, assert_identical_weights, checkpoint_values, cluster_run_flags, \
+    files_read, write_dataset
 from tools import launch_local_cluster as launcher
 from tools import ports as ports_lib
 
@@ -108,14 +108,6 @@ def test_precedence_tf_config_then_slurm_then_host_flags():
     assert cluster_flags.setup(opts(), {}) == (None, None)
 
 
-def tiny_flags(data, model_dir, max_iter):
-    return ['--data_dir=' + data, '--model_dir=' + model_dir,
-            '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
-            '--resnet_size=18', '--image_size=32', '--batch_size=2', '--lr=0.01',
-            '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=100',
-            '--shuffle_buffer=8', '--data_format=NHWC', '--num_preprocess_threads=1']
-
-
 @pytest.fixture(scope='module')
 def dataset(module_dir):
     """4 training shards of 4 records (JPEG, 5 classes)."""
@@ -167,42 +159,24 @@ def run_tasks(tasks, trainers, timeout=400):
     return codes
 
 
-def files_read(task):
-    for line in task.lines:
-        match = re.search(r'worker (\d+)/(\d+) reads \d+ shard files: (.*)$', line)
-        if match:
-            return int(match.group(1)), match.group(3).split(', ')
-    return None
-
-
-def checkpoint(model_dir):
-    path = tf.train.latest_checkpoint(model_dir)
-    assert path, model_dir
-    reader = tf.train.load_checkpoint(path)
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
-
-
-def assert_identical_weights(model_dir, max_iter):
-    chief = checkpoint(model_dir)
-    worker = checkpoint(os.path.join(model_dir, 'tmp_worker_0'))  # the worker's own copy
-    assert chief['global_step'] == worker['global_step'] == max_iter
-    assert set(chief) == set(worker)
-    for name in chief:
-        np.testing.assert_array_equal(chief[name], worker[name], err_msg=name)
+def first_files_read(task):
+    """The first 'worker k/n reads ...' line of a task as (k, shard names), or None."""
+    found = files_read(task.lines)
+    return found[0] if found else None
 
 
 @pytest.mark.slow
 def test_two_workers_started_by_hand_train_one_model_collectively(dataset, tmp_path):
     model_dir, max_iter = str(tmp_path / 'model'), 4
     hosts = ','.join('127.0.0.1:%d' % p for p in ports_lib.free_ports(2))
-    flags = tiny_flags(dataset, model_dir, max_iter) + ['--worker_num=2',
+    flags = cluster_run_flags(dataset, model_dir, max_iter) + ['--worker_num=2',
                                                         '--worker_hosts=' + hosts]
     tasks = [Task(flags + ['--worker_id=%d' % k]) for k in (0, 1)]
     codes = run_tasks(tasks, tasks)
     assert codes == [0, 0], (tasks[0].text[-3000:], tasks[1].text[-3000:])
     assert_identical_weights(model_dir, max_iter)
-    assert files_read(tasks[0]) == (0, ['0.tfrecords', '2.tfrecords'])
-    assert files_read(tasks[1]) == (1, ['1.tfrecords', '3.tfrecords'])
+    assert first_files_read(tasks[0]) == (0, ['0.tfrecords', '2.tfrecords'])
+    assert first_files_read(tasks[1]) == (1, ['1.tfrecords', '3.tfrecords'])
     assert 'task chief:0 of a collective cluster (worker 0 of 2)' in tasks[0].text
     assert 'task worker:0 of a collective cluster (worker 1 of 2)' in tasks[1].text
     assert 'cluster from --worker_hosts: TF_CONFIG=' in tasks[1].text
@@ -215,7 +189,7 @@ def test_ps_job_started_by_hand_shares_the_files_disjointly(dataset, tmp_path):
     ports = ports_lib.free_ports(3)
     hosts = ['--worker_num=2', '--worker_hosts=127.0.0.1:%d,127.0.0.1:%d' % tuple(ports[:2]),
              '--ps_hosts=127.0.0.1:%d' % ports[2]]
-    flags = tiny_flags(dataset, model_dir, max_iter) + hosts
+    flags = cluster_run_flags(dataset, model_dir, max_iter) + hosts
     gate = str(tmp_path / 'gate')
 
     def open_gate(line):
@@ -229,12 +203,12 @@ def test_ps_job_started_by_hand_shares_the_files_disjointly(dataset, tmp_path):
     worker = Task(flags + ['--worker_id=1'], on_line=open_gate)
     codes = run_tasks([chief, worker, ps], [chief, worker])
     assert codes == [0, 0], (chief.text[-3000:], worker.text[-3000:], ps.text[-2000:])
-    chief_files, worker_files = files_read(chief), files_read(worker)
+    chief_files, worker_files = first_files_read(chief), first_files_read(worker)
     assert chief_files[0] == 0 and worker_files[0] == 1
     assert not set(chief_files[1]) & set(worker_files[1])
     assert sorted(chief_files[1] + worker_files[1]) == ['%d.tfrecords' % i for i in range(4)]
     assert STEP.search(worker.text)
-    assert max_iter <= checkpoint(model_dir)['global_step'] <= max_iter + 1
+    assert max_iter <= checkpoint_values(model_dir)['global_step'] <= max_iter + 1
     assert 'task ps:0 of a ps cluster' in ps.text
 
 
@@ -242,7 +216,7 @@ def test_ps_job_started_by_hand_shares_the_files_disjointly(dataset, tmp_path):
 def test_a_slurm_step_of_two_tasks_trains_one_model(dataset, tmp_path):
     model_dir, max_iter = str(tmp_path / 'model'), 3
     base = next(p for p in ports_lib.free_ports(20) if ports_lib.bindable(p + 1, '127.0.0.1'))
-    flags = tiny_flags(dataset, model_dir, max_iter) + ['--slurm_port_base=%d' % base]
+    flags = cluster_run_flags(dataset, model_dir, max_iter) + ['--slurm_port_base=%d' % base]
     slurm = dict(ENV, SLURM_JOB_ID='7', SLURM_STEP_NUM_TASKS='2',
                  SLURM_STEP_NODELIST='127.0.0.1', SLURM_STEP_TASKS_PER_NODE='2')
     tasks = [Task(flags, env=dict(slurm, SLURM_PROCID=str(k), SLURM_LOCALID=str(k)))
@@ -252,13 +226,13 @@ def test_a_slurm_step_of_two_tasks_trains_one_model(dataset, tmp_path):
     assert_identical_weights(model_dir, max_iter)
     assert 'cluster from Slurm (task 1 of 2, CUDA_VISIBLE_DEVICES=)' in tasks[1].text
     assert '127.0.0.1:%d' % (base + 1) in tasks[1].text
-    assert files_read(tasks[1]) == (1, ['1.tfrecords', '3.tfrecords'])
+    assert first_files_read(tasks[1]) == (1, ['1.tfrecords', '3.tfrecords'])
 
 
 @pytest.mark.slow
 def test_independent_runs_say_so_and_refuse_a_shared_model_dir(dataset, tmp_path):
     model_dir = str(tmp_path / 'model')
-    flags = tiny_flags(dataset, model_dir, 1) + ['--worker_num=2']
+    flags = cluster_run_flags(dataset, model_dir, 1) + ['--worker_num=2']
     bad = Task(flags + ['--worker_id=1', '--data_dir=' + str(tmp_path / 'nowhere')])
     assert run_tasks([bad], [bad]) == [2]        # bad input: the directory is not claimed
     assert not os.path.exists(os.path.join(model_dir, cluster_flags.MARKER))

@@ -13,11 +13,11 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from helpers import CLASSES, ENV, write_dataset
+from helpers import CLASSES, ENV, assert_identical_weights, checkpoint_values, \
+    cluster_run_flags, files_read, write_dataset
 from tools import launch_local_cluster as launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,14 +29,6 @@ def dataset(module_dir):
     """4 training shards of 4 records (JPEG, 5 classes)."""
     return write_dataset(str(module_dir('cluster_ds')), train_lists=4,
                          per_list=4)
-
-
-def tiny_flags(data, model_dir, max_iter, snapshot=100):
-    return ['--data_dir=' + data, '--model_dir=' + model_dir,
-            '--log_dir=' + os.path.join(model_dir, 'log'), '--class_num=%d' % CLASSES,
-            '--resnet_size=18', '--image_size=32', '--batch_size=2', '--lr=0.01',
-            '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=%d' % snapshot,
-            '--shuffle_buffer=8', '--data_format=NHWC', '--num_preprocess_threads=1']
 
 
 class Launch(object):
@@ -106,23 +98,6 @@ class Launch(object):
         return '\n'.join(self.lines)
 
 
-def files_read(lines):
-    """The shard names of the 'worker k/n reads m shard files: a, b' lines."""
-    found = []
-    for line in lines:
-        match = re.search(r'worker (\d+)/(\d+) reads \d+ shard files: (.*)$', line)
-        if match:
-            found.append((int(match.group(1)), match.group(3).split(', ')))
-    return found
-
-
-def checkpoint(model_dir):
-    path = tf.train.latest_checkpoint(model_dir)
-    assert path, model_dir
-    reader = tf.train.load_checkpoint(path)
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
-
-
 def test_cluster_layout_and_tf_config():
     cluster = launcher.make_cluster(3, 2, ports=[1, 2, 3, 4, 5])
     assert cluster == {'chief': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2', '127.0.0.1:3'],
@@ -172,7 +147,7 @@ def test_bad_usage_is_exit_status_2(args, fragment):
 
 @pytest.mark.slow
 def test_a_task_that_fails_fails_the_launch(dataset, tmp_path):
-    flags = tiny_flags(dataset, str(tmp_path / 'model'), 4) + ['--resnet_size=42']
+    flags = cluster_run_flags(dataset, str(tmp_path / 'model'), 4) + ['--resnet_size=42']
     launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '240', '--'] + flags)
     assert launch.wait(300) == 1, launch.text[-3000:]
     assert 'train.py: error: --resnet_size=42' in launch.text
@@ -193,12 +168,13 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
             launch.open_gate()
 
     launch = Launch(['--workers', '2', '--ps', '2', '--evaluator', '--timeout', '400', '--']
-                    + tiny_flags(dataset, model_dir, max_iter) + ['--eval_throttle_secs=1'],
+                    + cluster_run_flags(dataset, model_dir, max_iter)
+                    + ['--eval_throttle_secs=1'],
                     on_line=open_gate_after_a_worker_step, gate=str(tmp_path / 'gate'),
                     gate_step=2)
     assert launch.wait(500) == 0, launch.text[-4000:]
     # The chief's final checkpoint; asynchronous workers may add one step in flight.
-    values = checkpoint(model_dir)
+    values = checkpoint_values(model_dir)
     assert max_iter <= values['global_step'] <= max_iter + 1
     # The evaluator evaluated that checkpoint (its events in model_dir/eval) and exited 0.
     evaluated = eval_steps(os.path.join(model_dir, 'eval'))
@@ -269,20 +245,14 @@ def test_collective_two_workers_survive_a_kill_and_end_with_identical_weights(da
     killed = []
 
     launch = Launch(['--workers', '2', '--distribution', 'collective', '--timeout', '400',
-                     '--'] + tiny_flags(dataset, model_dir, max_iter),
+                     '--'] + cluster_run_flags(dataset, model_dir, max_iter),
                     on_line=kill_worker_then_open_gate(killed), gate=str(tmp_path / 'gate'))
     assert launch.wait(500) == 0, launch.text[-4000:]
     assert killed and not launch.errors, (launch.errors, launch.text[-4000:])
     assert ('worker:0 killed by signal 9; restarting every training task with the same '
             'TF_CONFIG') in launch.text
     assert len(launch.pids['chief:0']) == len(launch.pids['worker:0']) == 2
-    chief = checkpoint(model_dir)
-    # TensorFlow has the non-chief worker save its own copy under tmp_worker_<index>.
-    worker = checkpoint(os.path.join(model_dir, 'tmp_worker_0'))
-    assert chief['global_step'] == worker['global_step'] == max_iter
-    assert set(chief) == set(worker)
-    for name in chief:
-        np.testing.assert_array_equal(chief[name], worker[name], err_msg=name)
+    assert_identical_weights(model_dir, max_iter)
     assert files_read(launch.task_lines('chief:0')) == [(0, ['0.tfrecords', '2.tfrecords'])] * 2
     assert files_read(launch.task_lines('worker:0')) == [(1, ['1.tfrecords', '3.tfrecords'])] * 2
     assert any('4 a synchronous step of the 2 workers' in l
@@ -298,7 +268,7 @@ def test_a_worker_killed_mid_run_is_restarted_and_the_job_finishes(dataset, tmp_
     # The chief holds before its third step until the restarted worker has trained: the
     # kill lands with work left and the restarted worker has steps to take.
     launch = Launch(['--workers', '2', '--ps', '1', '--timeout', '400', '--']
-                    + tiny_flags(dataset, model_dir, max_iter, snapshot=10),
+                    + cluster_run_flags(dataset, model_dir, max_iter, snapshot=10),
                     on_line=kill_worker_then_open_gate(killed, restarted_steps=1),
                     gate=str(tmp_path / 'gate'))
     assert launch.wait(500) == 0, launch.text[-4000:]
@@ -308,7 +278,7 @@ def test_a_worker_killed_mid_run_is_restarted_and_the_job_finishes(dataset, tmp_
     # The restarted worker came back as worker 1 of 2 with the same files, and finished.
     assert files_read(launch.task_lines('worker:0')) == [
         (1, ['1.tfrecords', '3.tfrecords'])] * 2
-    values = checkpoint(model_dir)
+    values = checkpoint_values(model_dir)
     assert max_iter <= values['global_step'] <= max_iter + 1
 
 
@@ -330,7 +300,7 @@ def test_ctrl_c_stops_every_task(dataset, tmp_path):
             launch.process.send_signal(signal.SIGINT)
 
     launch = Launch(['--workers', '2', '--ps', '1', '--'] +
-                    tiny_flags(dataset, str(tmp_path / 'model'), 1000),
+                    cluster_run_flags(dataset, str(tmp_path / 'model'), 1000),
                     on_line=interrupt_once_all_started)
     try:
         launch.process.wait(120)
@@ -374,7 +344,7 @@ def test_isolated_cluster_is_unreachable_from_outside_and_finishes_in_the_caller
             launch.open_gate()
 
     data = os.path.relpath(dataset, str(tmp_path))
-    flags = tiny_flags(data, 'model', 4)
+    flags = cluster_run_flags(data, 'model', 4)
     launch = Launch(['--isolate', '--workers', '2', '--ps', '1', '--timeout', '400', '--']
                     + flags, on_line=probe_then_open_gate, gate=str(tmp_path / 'gate'),
                     gate_step=2, cwd=str(tmp_path))
@@ -387,6 +357,7 @@ def test_isolated_cluster_is_unreachable_from_outside_and_finishes_in_the_caller
 def test_without_isolation_the_launcher_warns_that_tasks_listen_everywhere(dataset, tmp_path):
     # A task that fails at once (a bad flag) ends the launch quickly; the warning comes first.
     launch = Launch(['--workers', '1', '--ps', '1', '--timeout', '120', '--']
-                    + tiny_flags(dataset, str(tmp_path / 'model'), 1) + ['--resnet_size=42'])
+                    + cluster_run_flags(dataset, str(tmp_path / 'model'), 1)
+                    + ['--resnet_size=42'])
     assert launch.wait(200) == 1
     assert 'warning: the tasks\' servers listen on every network interface' in launch.text
