@@ -26,7 +26,8 @@ costs only its file, reported with the record it died on and its last stderr lin
 one worker everything runs in the calling process. The text report lists --max_bad bad
 records and warnings; --json prints everything on stdout. Progress goes to stderr.
 
-Exit status: 0 nothing bad (warnings allowed), 1 something bad, 2 bad usage.
+Exit status: 0 nothing bad (warnings allowed), 1 something bad, 2 bad usage, 143 / 130
+stopped by SIGTERM / Ctrl-C.
 """
 import argparse
 import collections
@@ -305,7 +306,7 @@ def build_parser():
                     'for everything that would break or silently spoil training, and '
                     'report label statistics.',
         epilog='Exit status: 0 nothing bad (warnings allowed), 1 bad records or corrupt '
-               'files, 2 bad usage.')
+               'files, 2 bad usage, 143 / 130 stopped by SIGTERM / Ctrl-C (nothing reported).')
     parser.add_argument('inputs', nargs='*', metavar='PATH',
                         help='shard files, or directories: their *tfrecords files and '
                              'those of their train/ and val/ subdirectories')

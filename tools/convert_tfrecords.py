@@ -349,7 +349,8 @@ def build_parser():
                     'paths) with downscaled images and/or compact labels; records that '
                     'cannot be converted are named in the report and kept out.',
         epilog='Exit status: 0 done (also with records kept out), 1 no shard could be '
-               'written, 2 bad input. A rerun skips the shards OUT already has.')
+               'written, 2 bad input, 143 / 130 stopped by SIGTERM / Ctrl-C. A rerun skips '
+               'the shards OUT already has.')
     parser.add_argument('in_dir', metavar='IN', help='directory of the shards to convert '
                         '(searched recursively: train/, val/ or a flat directory)')
     parser.add_argument('out_dir', metavar='OUT', help='where the converted shards go')

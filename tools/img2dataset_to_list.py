@@ -327,7 +327,8 @@ def build_parser():
                     'make_tfrecords.py and OUT/failures.tsv (one reason per URL not '
                     'kept); placeholder images are dropped and counted.',
         epilog='Exit status: 0 done, 1 img2dataset left shards failed or unfinished (or '
-               'nothing was kept), 2 bad input. Next: python tools/make_tfrecords.py '
+               'nothing was kept), 2 bad input, 143 / 130 stopped by SIGTERM / Ctrl-C (OUT '
+               'as it was). Next: python tools/make_tfrecords.py '
                '-im OUT/images OUT/list.txt -tfs data/ -cls 11166 ...')
     parser.add_argument('download_dir', metavar='DOWNLOAD_DIR',
                         help="img2dataset's --output_folder")

@@ -27,7 +27,8 @@ def build_parser():
                     'Every list is checked before anything is written; unreadable '
                     'images are skipped and listed in a report.',
         epilog='Exit status: 0 done (also with skipped images), 1 every image was '
-               'skipped, 2 bad input. The short options of the original ML-Images '
+               'skipped, 2 bad input, 143 / 130 stopped by SIGTERM / Ctrl-C (finished '
+               'shards are kept). The short options of the original ML-Images '
                'tfrecord.py (-idx, -tfs, -im, -cls, -sidx, -one) still work.')
     parser.add_argument('lists', nargs='*', metavar='LIST',
                         help='image list files; each becomes one shard unless '

@@ -59,7 +59,8 @@ EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images tha
                'be read or decoded are reported on stderr, one line each, and skipped); 1 '
                'when no image could be processed; 2 on bad usage or input (no checkpoint, a '
                'model that does not match --class_num/--resnet_size, a bad class dictionary '
-               'or list file); then nothing is written.')
+               'or list file); then nothing is written; 143 / 130 when stopped by SIGTERM / '
+               'Ctrl-C (an output file appears only when complete).')
 
 
 def positive_int(text):

@@ -184,7 +184,8 @@ def build_parser():
                     'url, labels (the text after the URL, verbatim) and name (the '
                     'original downloader\'s file name, <second-last URL part>_<last '
                     'part>). Every line is checked before anything is written.',
-        epilog='Exit status: 0 done, 2 bad input. Then run img2dataset on OUT_DIR with '
+        epilog='Exit status: 0 done, 2 bad input, 143 / 130 stopped by SIGTERM / Ctrl-C '
+               '(OUT_DIR as it was). Then run img2dataset on OUT_DIR with '
                '--input_format parquet --save_additional_columns \'["labels","name"]\' '
                '(docs/download.md has the whole command).')
     parser.add_argument('url_list', metavar='URL_LIST',
