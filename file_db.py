@@ -16,10 +16,7 @@ shard they wrote, so that a run can say how many epochs its steps make
 import glob
 import os
 import re
-
-
-class DataError(ValueError):
-    """Bad or missing input data; its message is one line naming the path."""
+from mlimages.errors import DataError
 
 
 def natural_key(text):

@@ -16,7 +16,7 @@ import functools
 from absl import flags
 from absl import logging as _absl_logging  # noqa: F401 -- defines --log_dir, reused below
 
-import value_checks as checks
+from mlimages.config import value_checks as checks
 
 FLAGS = flags.FLAGS
 
@@ -341,20 +341,20 @@ def _image_channels(name, value):
 
 
 def _lr_schedule(name, value):
-    schedules = checks.owned('lr_schedule', 'SCHEDULES')
+    schedules = checks.owned('mlimages.model.lr_schedule', 'SCHEDULES')
     return None if value in schedules else '--lr_schedule must be %s, got %r' % (
         ' or '.join(schedules), value)
 
 
 def _augment_on(name, value):
-    choices = ('auto',) + tuple(checks.owned('input_pipeline', 'AUGMENT_ON'))
+    choices = ('auto',) + tuple(checks.owned('mlimages.data.input_pipeline', 'AUGMENT_ON'))
     if value in choices:
         return None
     return '--augment_on must be %s or %s, got %r' % (', '.join(choices[:-1]), choices[-1], value)
 
 
 def _preprocess(name, value):
-    return None if value in checks.owned('serving', 'PREPROCESSING') else (
+    return None if value in checks.owned('mlimages.inference.serving', 'PREPROCESSING') else (
         '--preprocess must be original (the original\'s inference) or eval (the evaluation '
         'crop), got %r' % value)
 
@@ -390,7 +390,7 @@ CHECKS = {
     'lr_warmup_decay_factor': checks.finite(0),
     'max_iter': _max_iter,
     'epoch_iter': checks.at_least(0),
-    'label_type': checks.one_of('records', 'LABEL_TYPES'),
+    'label_type': checks.one_of('mlimages.data.records', 'LABEL_TYPES'),
     'lr_schedule': _lr_schedule,
     'bn_weight_decay': checks.finite(0, inclusive=True,
                                      meaning='0 = no L2 on batch norm, 0.1 = finetune.py\'s'),
@@ -401,8 +401,8 @@ CHECKS = {
     'snapshot': checks.positive,
     'augment_on': _augment_on,
     'private_threads': checks.at_least(0),
-    'dtype': checks.one_of('precision', 'DTYPES'),
-    'tf_gpu_thread_mode': checks.one_of('devices', 'GPU_THREAD_MODES'),
+    'dtype': checks.one_of('mlimages.model.precision', 'DTYPES'),
+    'tf_gpu_thread_mode': checks.one_of('mlimages.distributed.devices', 'GPU_THREAD_MODES'),
     'inter_op_threads': checks.at_least(0, '0 = TensorFlow\'s choice'),
     'intra_op_threads': checks.at_least(0, '0 = TensorFlow\'s choice'),
     'test_interval': checks.at_least(0),
@@ -440,12 +440,12 @@ def problems(opts):
     found = [CHECKS[name](name, getattr(opts, name)) for name in Options._fields
              if name in CHECKS]
     return [p for p in found if p] + [message for bad, message in _rules(opts) if bad] + \
-        checks.owned('cluster_flags', 'problems')(opts)
+        checks.owned('mlimages.distributed.cluster_flags', 'problems')(opts)
 
 
 def validate(opts):
     """Raises errors.UsageError with the first problem of opts, if any."""
-    from errors import UsageError
+    from mlimages.errors import UsageError
     found = problems(opts)
     if found:
         raise UsageError(found[0])

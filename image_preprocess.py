@@ -17,7 +17,7 @@ conversion comes after the resize. Then either the rest of the original's augmen
 (augment_image, on the CPU), or uint8 batches go to the model, which finishes them
 batched on the training device (network_input -> augment_batch: the same distribution,
 every image drawing its own parameters). The original's float-first order itself is the
-benchmark's reference pipeline (tools/pipelines.py), which the tests also compare with.
+benchmark's reference pipeline (mlimages/bench/pipelines.py), which the tests also compare with.
 
 Inference as the original's extract_feature.py / image_classification.py (preprocess(img,
 'center'), OpenCV), for a network size S (224 there; other sizes scale the 256):

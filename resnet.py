@@ -28,7 +28,7 @@ trainable_under_fixblock2 (the original's name test: stages_2, stages_3, global_
 """
 import tensorflow.compat.v1 as tf
 
-from errors import UsageError
+from mlimages.errors import UsageError
 
 # resnet_size -> (block type, blocks per stage)
 _ARCHITECTURES = {

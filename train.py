@@ -1,9 +1,10 @@
 """The command line of the trainer: parses and validates the flags, unpacks them once
 into an Options (one plain value per flag) and runs the mode. Training and evaluation are
-training.py's, inference serving.py's; the rest of the data flow is
+mlimages/run/training.py's, inference mlimages/inference/serving.py's; the rest of the
+data flow is docs/layout.md's
 
-    flags -> file_db -> records / input_pipeline -> image_preprocess -> resnet
-          -> loss / lr_schedule -> model_fn -> tf.estimator (training.py)
+    flags -> file_db -> data (records, input_pipeline) -> image_preprocess -> resnet
+          -> model (loss, lr_schedule) -> run (model_fn, training: tf.estimator)
 
     python train.py --data_dir=/data/ml-images --class_num=11166 --resnet_size=101 ...
     python train.py --demo        # builds a small dataset and trains on it on the CPU
@@ -18,7 +19,7 @@ import logging
 import os
 import sys
 
-import startup
+from mlimages.config import startup
 
 PROGRAM = 'train.py'
 if __name__ == '__main__' and startup.wants_help():
@@ -27,22 +28,18 @@ if __name__ == '__main__' and startup.wants_help():
     sys.exit(0)
 startup.before_tensorflow(PROGRAM)  # quiet start-up and the versions, before the import
 
+# After start-up on purpose: startup quiets TensorFlow and checks its version first.
 import tensorflow.compat.v1 as tf  # noqa: E402
 
-import checkpoints
-import cluster_flags
-import devices
-import file_db
-import flags as flags_lib
-import inference_io
-import inference_settings
-import precision
-import run_dirs
-import run_settings
-import serving
-import training
-from errors import Interrupted, TrainingError, UsageError, stop_raises, stopped
-from tools import demo
+import file_db  # noqa: E402
+import flags as flags_lib  # noqa: E402
+from mlimages.config import run_settings  # noqa: E402
+from mlimages.distributed import cluster_flags, devices  # noqa: E402
+from mlimages.errors import (Interrupted, TrainingError, UsageError, stop_raises,  # noqa: E402
+                             stopped)
+from mlimages.inference import inference_io, inference_settings, serving  # noqa: E402
+from mlimages.model import precision  # noqa: E402
+from mlimages.run import checkpoints, run_dirs, training  # noqa: E402
 
 tf.disable_v2_behavior()
 
@@ -188,6 +185,7 @@ def main(argv, extra_hooks=()):
         start_cluster(opts)  # TF_CONFIG from Slurm or the host flags, before it is read
         opts = choose_devices(opts)
         if opts.demo:
+            from mlimages import demo  # the record builders load for --demo only
             opts = demo.prepare(opts, flags_lib.given())
             validate(opts)
             demo.report(opts, training.train(opts, settings(opts), extra_hooks))

@@ -14,9 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import pytest  # noqa: E402
+import pytest
 
-import helpers  # noqa: E402
+import helpers
 
 
 @pytest.fixture(scope='module')

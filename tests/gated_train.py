@@ -13,8 +13,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import train  # noqa: E402 -- train.py's start-up: quiet TensorFlow, the version checks
-import tensorflow.compat.v1 as tf  # noqa: E402
+import train  # train.py's start-up: quiet TensorFlow, the version checks
+import tensorflow.compat.v1 as tf
 
 GATE_ENV = 'TRAIN_TEST_GATE'
 

@@ -12,8 +12,8 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import flags as flags_lib
-import records
-from tools import make_tfrecords
+from mlimages.data import records
+from mlimages.recordkit import make_tfrecords
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +26,7 @@ tf.disable_v2_behavior()
 cpu = tf.config.list_physical_devices('CPU')[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, %r)
-import distribute
+from mlimages.distributed import distribute
 distribute.mirrored_devices = lambda k: ['/device:CPU:%%d' %% i for i in range(k)]
 ''' % ROOT
 CLASSES = 5
@@ -57,9 +57,22 @@ def write_dataset(root, train_lists=2, per_list=6, class_num=CLASSES, seed=0):
     return data
 
 
+def run_program(program, *args, env=ENV, cwd=ROOT, timeout=600):
+    """A program of the checkout (train.py, tools/x.py) run by this Python with `args`:
+    the CompletedProcess, stdout and stderr read as text."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, program)] + [str(a) for a in args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def run_train(*args, timeout=600, env=ENV):
-    return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_program('train.py', *args, env=env, timeout=timeout)
+
+
+def run_main(tool, capsys, *args):
+    """A tool's main() in this process: (exit status, stdout, stderr lines)."""
+    status = tool.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err.strip().splitlines()
 
 
 def small_run_flags(data, model_dir, max_iter):

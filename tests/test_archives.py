@@ -1,4 +1,4 @@
-"""tools/archives.py through make_tfrecords.py: ImageNet's tar archives, built here in
+"""mlimages/recordkit/archives.py through make_tfrecords.py: ImageNet's tar archives, built here in
 the releases' layouts with real JPEGs, read in place into real records."""
 import io
 import json
@@ -12,10 +12,11 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-import records as records_lib
-from helpers import ROOT, options, run_session, write_lines
-from tools import archives, imagenet
-from tools import make_tfrecords as mt
+from mlimages.data import input_pipeline
+from helpers import ROOT, options, run_program, run_session, write_lines
+from mlimages.recordkit import archives
+from mlimages.recordkit import imagenet
+from mlimages.recordkit import make_tfrecords as mt
 
 CLASS_NUM = 12
 
@@ -53,9 +54,8 @@ def _name(example):
 
 
 def _run_cli(*args):
-    return subprocess.run([sys.executable, os.path.join('tools', 'make_tfrecords.py')]
-                          + [str(a) for a in args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return run_program(os.path.join('tools', 'make_tfrecords.py'), *args, env=os.environ,
+                       timeout=300)
 
 
 @pytest.fixture(scope='module')
@@ -225,7 +225,7 @@ def test_imagenet_1k_train_tar_of_tars_to_single_label_records(ilsvrc, tmp_path)
     serialized = next(tf.io.tf_record_iterator(str(out / 'train' / '0.tfrecords')))
     with tf.Graph().as_default():
         crop = options()  # an evaluation crop: the training crop's settings are not used
-        image, label = records_lib.parse_record(tf.constant(serialized), False, 32, 3,
+        image, label = input_pipeline.parse_record(tf.constant(serialized), False, 32, 3,
                                                 crop.object_cover, crop.area_cover, 'single',
                                                 'cpu')
         image, label = run_session([image, label])

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import checkpoints
+from mlimages.run import checkpoints
 import resnet
 import train  # noqa: F401 (graph mode, as train.py runs)
-from errors import UsageError
+from mlimages.errors import UsageError
 
 CLASSES = 5
 

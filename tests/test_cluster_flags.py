@@ -14,13 +14,13 @@ import threading
 import pytest
 import tensorflow.compat.v1 as tf
 
-import cluster_flags
+from mlimages.distributed import cluster_flags
 import flags as flags_lib
-from errors import UsageError
+from mlimages.errors import UsageError
 from helpers import ENV, assert_identical_weights, checkpoint_values, cluster_run_flags, \
     files_read, write_dataset
 from tools import launch_local_cluster as launcher
-from tools import ports as ports_lib
+from mlimages.cli import ports as ports_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = re.compile(r'step \d+: ')

@@ -11,10 +11,10 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import file_db
-import hierarchy
-import records
+from mlimages.data import hierarchy
+from mlimages.data import records
 from helpers import ROOT, encode_pixels, smooth_pixels
-from tools import convert_tfrecords as ct
+from mlimages.recordkit import convert_tfrecords as ct
 
 CLASSES = 6
 SHORT = 100
@@ -224,7 +224,7 @@ def test_a_second_converter_on_one_out_is_one_line_and_writes_nothing(shards_in,
     """OUT is locked for one writer (run_dirs, as make_tfrecords locks its split): while this
     process holds it, the command line exits 2 naming the holder and writes nothing; once it
     is released the same command converts."""
-    import run_dirs
+    from mlimages.run import run_dirs
     out = tmp_path / 'out'
     out.mkdir()
     command = [sys.executable, os.path.join(ROOT, 'tools', 'convert_tfrecords.py'),

@@ -12,12 +12,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import tensorflow.compat.v1 as tf
 
-from helpers import CLASSES, ENV, small_run_flags, write_dataset
+from helpers import CLASSES, ENV, run_program, small_run_flags, write_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_DEVICE = 100
@@ -88,8 +87,7 @@ def seen(log):
 
 
 def run(program, args, env):
-    return subprocess.run([sys.executable, os.path.join(ROOT, program)] + args, cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    return run_program(program, *args, env=env)
 
 
 @pytest.fixture(scope='module')

@@ -5,10 +5,10 @@ import json
 import pytest
 import tensorflow.compat.v1 as tf
 
-import devices
-import distribute
-import serving
-import training
+from mlimages.distributed import devices
+from mlimages.distributed import distribute
+from mlimages.inference import serving
+from mlimages.run import training
 
 
 @pytest.mark.parametrize('visiable_gpu,num_gpus,environ,want', [
@@ -85,7 +85,7 @@ def test_collective_worker_replicates_over_exactly_num_gpus(monkeypatch, num_gpu
         assert strategy.num_replicas_in_sync == 2 * len(want)
 
 
-from helpers import options  # noqa: E402
+from helpers import options
 
 
 @pytest.mark.parametrize('given', [
@@ -113,7 +113,7 @@ def test_prediction_and_export_sessions_soft_place_and_grow():
 
 
 def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
-    import model_fn
+    from mlimages.run import model_fn
     with tf.Graph().as_default() as graph:
         images = tf.zeros([2, 32, 32, 3], tf.uint8)
         labels = tf.zeros([2, 5])

@@ -11,9 +11,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-import distribute
+from mlimages.distributed import distribute
 import file_db
-import input_pipeline
+from mlimages.data import input_pipeline
 import train  # noqa: F401 (graph mode, as train.py runs)
 from helpers import ENV, LOGICAL_CPUS, ROOT, options, run_train, scalar_tags
 
@@ -196,7 +196,7 @@ def test_cluster_flag_errors_are_one_line(tmp_path):
 LOSS_CHILD = LOGICAL_CPUS + '''
 import json
 import numpy as np
-import loss as loss_lib
+from mlimages.model import loss as loss_lib
 
 R, B, C, STEPS = 2, 3, 9, 6
 rng = np.random.default_rng(0)
@@ -279,7 +279,7 @@ import os
 import numpy as np
 import flags as flags_lib
 import train
-import training
+from mlimages.run import training
 
 out_dir = sys.argv[1]
 B, S, C, STEPS = 2, 64, 5, 3
@@ -405,7 +405,7 @@ def test_fine_tuning_one_device_vs_two_replicas(tmp_path):
 SYNTHETIC_CHILD = LOGICAL_CPUS + '''
 import flags as flags_lib
 import train
-import training
+from mlimages.run import training
 
 F = flags_lib.FLAGS
 F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.01',
@@ -458,7 +458,7 @@ def test_ps_tasks_hold_even_shares_of_the_variables(ps_tasks):
 ALL_REDUCE_CHILD = LOGICAL_CPUS + '''
 import json
 import os
-import model_fn
+from mlimages.run import model_fn
 from test_model_fn import run_options
 strategy_kind, alg = sys.argv[1], sys.argv[2]
 if strategy_kind == 'collective':   # worker 0 of two (nothing is started: graph only)

@@ -13,7 +13,7 @@ import shlex
 import pytest
 from absl import flags as absl_flags
 
-import distribute
+from mlimages.distributed import distribute
 import train
 import resnet
 from helpers import ROOT

@@ -1,7 +1,7 @@
 """errors.py: TensorFlow's graph-mode error text reduced to its cause."""
 import tensorflow.compat.v1 as tf
 
-from errors import op_error_text
+from mlimages.errors import op_error_text
 
 
 def test_the_cause_without_tensorflows_header_nodes_and_stack():

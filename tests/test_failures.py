@@ -5,9 +5,9 @@ import signal
 import pytest
 import tensorflow.compat.v1 as tf
 
-import distribute
-import failures
-import preemption
+from mlimages.distributed import distribute
+from mlimages.run import failures
+from mlimages.run import preemption
 from helpers import options
 
 

@@ -17,7 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags
-from tools import ports
+from mlimages.cli import ports
 
 pytestmark = pytest.mark.slow
 
@@ -475,33 +475,33 @@ def tool_cases(dataset, trained, tmp_path):
     return {
         'check_tfrecords.py': (
             ['--class_num=%d' % CLASSES, '--workers=1', dataset],
-            'tools.shard_checks:check_file:2',
+            'mlimages.recordkit.shard_checks:check_file:2',
             'stopped by SIGTERM; nothing was reported, rerun to check the files'),
         'predict.py': (
             ['--checkpoint', trained, '--batch_size=1', '--output', str(out / 'p.tsv'),
              image_dir],
-            'inference_io:read_image_file:3',
+            'mlimages.inference.inference_io:read_image_file:3',
             'error: stopped by SIGTERM; nothing was written to %s' % (out / 'p.tsv')),
         'extract_features.py': (
             ['--checkpoint', trained, '--batch_size=1', '--output', str(out / 'f.npy'),
              image_dir],
-            'inference_io:read_image_file:3',
+            'mlimages.inference.inference_io:read_image_file:3',
             'error: stopped by SIGTERM; nothing was written to %s' % (out / 'f.npy')),
         'urls_to_img2dataset.py': (
             [str(urls), str(out / 'parquet'), '--rows_per_file=1'],
-            'tools.image_lists:parse_sparse:3',
+            'mlimages.recordkit.image_lists:parse_sparse:3',
             'error: stopped by SIGTERM; %s was left as it was, rerun the same command'
             % (out / 'parquet')),
         'make_tfrecords.py': (
             ['--out_dir', str(out), '--image_root', image_dir,
              '--class_num', str(CLASSES), '--workers', '1', '--num_shards', '2', str(lists)],
-            'tools.images:load_image:3',
+            'mlimages.recordkit.images:load_image:3',
             'error: stopped by SIGTERM; finished shards are kept, rerun the same command to '
             'complete the rest'),
         'convert_tfrecords.py': (
             ['--short_side', '16', '--workers', '1', os.path.join(dataset, 'train'),
              str(out / 'small')],
-            'tools.images:downscale:2',
+            'mlimages.recordkit.images:downscale:2',
             'error: stopped by SIGTERM; finished shards are kept, rerun the same command to '
             'convert the rest'),
     }

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import hierarchy as H
+from mlimages.data import hierarchy as H
 
 PUBLISHED = (Path(__file__).resolve().parents[2] / 'shared' / 'data'
              / 'dictionary_and_semantic_hierarchy.txt')

@@ -12,12 +12,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-import records
-from helpers import ROOT
+from mlimages.data import records
+from helpers import ROOT, run_program
 from tools import check_tfrecords as ct
-from tools import make_tfrecords as mt
+from mlimages.recordkit import make_tfrecords as mt
 
-import hierarchy as H
+from mlimages.data import hierarchy as H
 
 PUBLISHED = (Path(ROOT).parent / 'shared' / 'data' / 'dictionary_and_semantic_hierarchy.txt')
 HEADER = 'category_index\tcategory_id\tindex_of_parent_category\tcategory name'
@@ -243,8 +243,7 @@ def bad_file(tmp_path, kind):
 
 
 def run_tool(script, *args):
-    return subprocess.run([sys.executable, os.path.join('tools', script)] + [str(a) for a in args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return run_program(os.path.join('tools', script), *args, env=os.environ, timeout=120)
 
 
 def assert_one_line_error(result, where):
@@ -314,7 +313,7 @@ def short_path(c, parents=PARENTS):
 
 
 def predict(tmp_path, fmt, consistent, threshold=0.5, top_k=CLASSES):
-    import serving
+    from mlimages.inference import serving
     images = []
     for i in range(3):
         path = tmp_path / ('%d.jpg' % i)
@@ -452,7 +451,7 @@ def test_published_file_in_predict(published, tmp_path):
     """11,166 random scores made consistent: monotone along every path of the published
     tree; every path ends at one of its 4 roots."""
     import json
-    import serving
+    from mlimages.inference import serving
     parents, names = published
     image = tmp_path / 'a.jpg'
     image.write_bytes(b'xy')

@@ -5,7 +5,7 @@ import re
 import pytest
 import tensorflow.compat.v1 as tf
 
-import hooks
+from mlimages.run import hooks
 import train  # noqa: F401 (graph mode, as train.py runs)
 
 

@@ -1,11 +1,11 @@
-"""Tests of tools/image_lists.py: the image-list grammar, line by line and whole lists."""
+"""Tests of mlimages/recordkit/image_lists.py: the image-list grammar, line by line and whole lists."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import records
+from mlimages.data import records
 from helpers import label_array, write_lines as _write
-from tools import image_lists
+from mlimages.recordkit import image_lists
 
 CLASS_NUM = 12
 

@@ -9,7 +9,7 @@ from PIL import Image
 
 import image_preprocess as ip
 from helpers import encode_pixels as encode, run_session, smooth_pixels
-from tools import pipelines
+from mlimages.bench import pipelines
 
 tf.disable_v2_behavior()
 

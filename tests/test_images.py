@@ -1,4 +1,4 @@
-"""Tests of tools/images.py on real image files of every kind (conftest's `images`)."""
+"""Tests of mlimages/recordkit/images.py on real image files of every kind (conftest's `images`)."""
 import io
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD
-from tools import images as image_files
+from mlimages.recordkit import images as image_files
 
 
 def test_load_image_keeps_rgb_and_grey_jpeg_bytes(images):
@@ -75,7 +75,7 @@ def test_downscale_keeps_small_images_byte_for_byte():
 
 def test_downscale_is_lanczos_from_the_full_image_within_jpeg_noise():
     """The scaled decode (draft) + Lanczos against Lanczos on the fully decoded image."""
-    from tools.pipelines import photo_like
+    from mlimages.bench.pipelines import photo_like
     pixels = photo_like(np.random.default_rng(3), 960, 1280)
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, 'JPEG', quality=95)

@@ -15,7 +15,7 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import url_zoo
-from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags
+from helpers import CLASSES, ENV, run_program, run_train, small_run_flags
 from tools import urls_to_img2dataset as u2i
 
 PER_SHARD = 8
@@ -25,8 +25,7 @@ I2D_ENV = dict(ENV, NO_ALBUMENTATIONS_UPDATE='1', WANDB_MODE='disabled')
 
 
 def _tool(name, *args, timeout=300):
-    return subprocess.run([sys.executable, os.path.join('tools', name)] + [str(a) for a in args],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return run_program(os.path.join('tools', name), *args, timeout=timeout)
 
 
 def _labels(i):

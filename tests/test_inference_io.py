@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-import inference_io
-import serving
+from mlimages.inference import inference_io
+from mlimages.inference import serving
 from helpers import empty_dir, write_text
 
 ML_IMAGES_DICT = ('category_index\tcategory_id\tindex_of_parent_category\tcategory name\n'

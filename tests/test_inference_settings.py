@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import flags
-import inference_settings
-from errors import UsageError
-from helpers import run_train, write_lines
+from mlimages.inference import inference_settings
+from mlimages.errors import UsageError
+from helpers import run_main, run_train, write_lines
 
 DEFAULTS = flags.defaults()._asdict()
 TRAINED = ['# train.py run started ...', '--image_size=48', '--resnet_size=18',
@@ -119,19 +119,13 @@ def write_split(root, name, count, rng):
 
 
 def list_labels(path):
-    from tools import image_lists
+    from mlimages.recordkit import image_lists
     rows = list(image_lists.scan_list(path, CLASS_NUM))
     y = np.zeros((len(rows), CLASS_NUM), np.float32)
     for i, (_, _, labels) in enumerate(rows):
         for c, value in labels.items():
             y[i, c] = value
     return [name for _, name, _ in rows], y
-
-
-def run_tool(tool, capsys, *args):
-    status = tool.main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return status, captured.err.strip().splitlines()
 
 
 @pytest.mark.slow
@@ -143,9 +137,10 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     tool without --image_size gives the features of the trained size, not of 224; the
     export keeps the training run's flags.txt."""
     from references import multilabel_metrics
-    from tools import extract_features, make_tfrecords
+    from tools import extract_features
+    from mlimages.recordkit import make_tfrecords
     from tools import predict as predict_tool
-    import serving
+    from mlimages.inference import serving
     rng = np.random.default_rng(26)
     root = str(tmp_path)
     train_list, images = write_split(root, 'train', 16, rng)
@@ -180,7 +175,7 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
             for key in ('mAP', 'precision@1')}
 
     output = os.path.join(root, 'val.jsonl')
-    status, err = run_tool(predict_tool, capsys, '--checkpoint', model_dir, '--list',
+    status, _, err = run_main(predict_tool, capsys, '--checkpoint', model_dir, '--list',
                            val_list, '--image_root', images, '--top_k', CLASS_NUM,
                            '--preprocess', 'eval', '--format', 'jsonl', '-o', output)
     assert status == 0, err
@@ -201,7 +196,7 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
 
     def features(*extra):
         out = os.path.join(root, 'f%d.npy' % len(os.listdir(root)))
-        status, err = run_tool(extract_features, capsys, '--checkpoint', model_dir,
+        status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir,
                                os.path.join(images, 'val_0000.jpg'),
                                os.path.join(images, 'val_0001.jpg'), '-o', out, *extra)
         assert status == 0, err

@@ -5,8 +5,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import image_preprocess as ip
-import input_pipeline
-import records
+from mlimages.data import input_pipeline
+from mlimages.data import records
 from helpers import encode_pixels as encode, options, smooth_pixels
 
 tf.disable_v2_behavior()

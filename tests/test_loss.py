@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import loss as loss_lib
+from mlimages.model import loss as loss_lib
 import resnet
 from references import NumpyLoss, original_l2
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import lr_schedule
+from mlimages.model import lr_schedule
 import references
 from helpers import options
 

@@ -10,11 +10,11 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import file_db
-import input_pipeline
-import records as records_lib
-from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, run_session, \
-    write_images_and_list, write_lines as _write
-from tools import make_tfrecords as mt
+from mlimages.data import input_pipeline
+from mlimages.data import records as records_lib
+from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, run_program, \
+    run_session, write_images_and_list, write_lines as _write
+from mlimages.recordkit import make_tfrecords as mt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join('tools', 'make_tfrecords.py')
@@ -43,8 +43,7 @@ def _expected(pairs):
 
 
 def _run_cli(*args):
-    return subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return run_program(SCRIPT, *args, env=os.environ, timeout=120)
 
 
 def test_make_example_features():
@@ -370,7 +369,7 @@ def test_shard_tasks_parse_only_their_own_lines(images, tmp_path, monkeypatch):
     names = ['rgb.jpg', 'gray.jpg', 'cmyk.jpg', 'alpha.png', 'sub/rgb2.jpeg'] * 4
     lst = _write(tmp_path / 'one.txt', ['%s %d' % (n, i % CLASS_NUM)
                                         for i, n in enumerate(names)])
-    from tools import shard_plan
+    from mlimages.recordkit import shard_plan
     parsed = []
     real = shard_plan.parse_raw_line
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import tensorflow.compat.v1 as tf
 
-import metrics
+from mlimages.model import metrics
 from references import average_precision, multilabel_metrics
 
 tf.disable_v2_behavior()
@@ -296,7 +296,7 @@ def test_map_over_class_masks_matches_numpy_restricted_to_them():
     rng = np.random.default_rng(5)
     leaf = rng.random(CLASSES) < 0.6
     leaf[list(NO_POSITIVE)] = [True, False, True]  # classes without a positive in both
-    import model_fn
+    from mlimages.run import model_fn
     stream = Streaming(class_masks=model_fn.hierarchy_masks(leaf.tolist()))
     try:
         for seed, scores in ((11, 'correlated'), (12, 'sigmoid')):

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import input_pipeline
-import model_fn
-import precision
+from mlimages.data import input_pipeline
+from mlimages.run import model_fn
+from mlimages.model import precision
 from helpers import options
 
 tf.disable_v2_behavior()

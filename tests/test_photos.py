@@ -1,4 +1,4 @@
-"""tools/photos.py: the crop coverage against closed forms and a numpy model of
+"""mlimages/bench/photos.py: the crop coverage against closed forms and a numpy model of
 sample_distorted_bounding_box, and the photo shard helpers (no timings are asserted)."""
 import os
 import subprocess
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import ROOT
-from tools import photos
+from mlimages.bench import photos
 
 
 def numpy_crop_sizes(height, width, samples, area=(0.7, 1.0), aspect=(0.75, 1.33),

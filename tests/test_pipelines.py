@@ -1,8 +1,8 @@
-"""tools/pipelines.py: the benchmark's synthetic photographs and labels."""
+"""mlimages/bench/pipelines.py: the benchmark's synthetic photographs and labels."""
 import numpy as np
 
 from helpers import encode_pixels as encode
-from tools import pipelines
+from mlimages.bench import pipelines
 
 
 def test_benchmark_images_are_photograph_sized_jpegs():

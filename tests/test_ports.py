@@ -1,9 +1,9 @@
-"""Tests of tools/ports.py: free ports for a cluster's tasks on this machine."""
+"""Tests of mlimages/cli/ports.py: free ports for a cluster's tasks on this machine."""
 import itertools
 import random
 import socket
 
-from tools import ports
+from mlimages.cli import ports
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():

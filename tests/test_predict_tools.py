@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import serving
+import flags as flags_lib
+from mlimages.cli import predict_args
+from mlimages.inference import serving
 from tools import extract_features
 from tools import predict as predict_tool
-from helpers import empty_dir, write_text
+from helpers import empty_dir, run_main, write_text
 
 
 class FakePredictor(object):
@@ -29,12 +31,6 @@ class FakePredictor(object):
 
     def decode_error(self, data):
         return 'not an image' if data == b'bad' else None
-
-
-def run_tool(tool, capsys, *args):
-    status = tool.main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err.strip().splitlines()
 
 
 def foreign_checkpoint(directory):
@@ -84,7 +80,7 @@ def test_tools_bad_usage_and_models_that_do_not_exist(tmp_path, capsys):
         ([image], 'one of the arguments --checkpoint --saved_model is required'),
     ]
     for args, fragment in cases:
-        status, stdout, err = run_tool(predict_tool, capsys, *args, '--output', out)
+        status, stdout, err = run_main(predict_tool, capsys, *args, '--output', out)
         assert status == 2, (args, err)
         assert len(err) == 1 and err[0].startswith('predict.py: error: '), (args, err)
         assert fragment in err[0], (args, err)
@@ -96,12 +92,12 @@ def test_tools_bad_usage_and_models_that_do_not_exist(tmp_path, capsys):
 
 def test_extract_features_bad_model_writes_nothing(tmp_path, capsys):
     image = write_text(tmp_path / 'a.jpg', 'x')
-    status, _, err = run_tool(extract_features, capsys, '--checkpoint', tmp_path / 'nope',
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', tmp_path / 'nope',
                               '-o', tmp_path / 'f.npy', image)
     assert status == 2 and err == ['extract_features.py: error: --checkpoint=%s does not '
                                    'exist' % (tmp_path / 'nope')]
     assert os.listdir(str(tmp_path)) == ['a.jpg']
-    status, _, err = run_tool(extract_features, capsys, image)
+    status, _, err = run_main(extract_features, capsys, image)
     assert status == 2 and 'the following arguments are required: -o/--output' in err[0]
 
 
@@ -144,7 +140,7 @@ def test_a_checkpoints_settings_come_from_the_flags_txt_beside_it(tmp_path):
     source = str(model / 'flags.txt')
     parse = predict_tool.build_parser().parse_intermixed_args
     args = parse(['--checkpoint', str(model / 'model.ckpt-5'), 'x.jpg'])
-    values, lines = predict_tool.choose_settings(args, list(predict_tool.SETTINGS))
+    values, lines = predict_args.choose_settings(args, list(predict_args.SETTINGS), flags_lib.defaults())
     assert values == {'image_size': 64, 'resnet_size': None, 'class_num': 3,
                       'batch_norm_epsilon': 1e-5, 'label_type': 'single'}
     assert lines == ['inference settings: image_size 64, resnet_size from the checkpoint, '
@@ -152,10 +148,10 @@ def test_a_checkpoints_settings_come_from_the_flags_txt_beside_it(tmp_path):
                      'label_type single (trained: %s)' % source]
     write_text(model / 'flags.txt', '--image_size=64\n--label_type=multi\n')
     args = parse(['--checkpoint', str(model), '--image_size', '224', '--single_label', 'x'])
-    values, lines = predict_tool.choose_settings(args, ['image_size', 'label_type'])
+    values, lines = predict_args.choose_settings(args, ['image_size', 'label_type'], flags_lib.defaults())
     assert values == {'image_size': 224, 'label_type': 'single'}
     assert lines[1:] == [
         'warning: --image_size=224 differs from the trained --image_size=64 (%s)' % source,
         'warning: --single_label differs from the trained --label_type=multi (%s)' % source]
     args = parse(['--saved_model', str(model), 'x.jpg'])
-    assert predict_tool.choose_settings(args, list(predict_tool.SETTINGS)) == ({}, [])
+    assert predict_args.choose_settings(args, list(predict_args.SETTINGS), flags_lib.defaults()) == ({}, [])

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import preemption
+from mlimages.run import preemption
 from helpers import ENV, LOGICAL_CPUS, ROOT
 
 
@@ -87,7 +87,7 @@ def test_with_agreement_another_tasks_signal_stops_this_one_and_is_named():
 
 AGREEMENT_CHILD = LOGICAL_CPUS + '''
 import json
-import preemption
+from mlimages.run import preemption
 
 strategy = distribute.train_distribute('none', 2)
 with strategy.scope():

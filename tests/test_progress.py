@@ -1,8 +1,8 @@
-"""tools/progress.py: redrawn on a terminal, plain periodic lines into a file, and an ETA
+"""mlimages/cli/progress.py: redrawn on a terminal, plain periodic lines into a file, and an ETA
 when the total is known (a fake clock: no sleeps)."""
 import io
 
-from tools import progress
+from mlimages.cli import progress
 
 
 class Counting(progress.ProgressLine):

@@ -12,7 +12,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-from helpers import ENV, ROOT, run_train, small_run_flags, write_dataset
+from helpers import ENV, ROOT, run_program, run_train, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +47,7 @@ def original_layout_checkpoint(root):
 
 
 def tool(name, *args, cwd):
-    return subprocess.run([sys.executable, os.path.join(ROOT, 'tools', name)]
-                          + [str(a) for a in args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=600)
+    return run_program(os.path.join('tools', name), *args, cwd=cwd)
 
 
 def photos(directory, count=3):

@@ -1,4 +1,4 @@
-"""Tests of tools/record_checks.py: check_record's verdicts, and a fuzz of check_record and
+"""Tests of mlimages/recordkit/record_checks.py: check_record's verdicts, and a fuzz of check_record and
 records.parse_record with mangled records (what the checker passes, training reads)."""
 import faulthandler
 
@@ -7,10 +7,11 @@ import pytest
 import tensorflow.compat.v1 as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import records
+from mlimages.data import input_pipeline
+from mlimages.data import records
 from helpers import CHECK_CLASSES as CLASSES, JPEG, ODD_BUT_FINE, encode_noise as encode, \
     encode_pixels, label_vector, options, raw_label_record, record, smooth_pixels
-from tools import record_checks as rc
+from mlimages.recordkit import record_checks as rc
 
 tf.disable_v2_behavior()
 
@@ -75,7 +76,7 @@ def parser_graph():
     with graph.as_default():
         serialized = tf.placeholder(tf.string, [], name='serialized')
         crop = options()  # an evaluation crop: the training crop's settings are not used
-        outputs = records.parse_record(serialized, False, 16, 3, crop.object_cover,
+        outputs = input_pipeline.parse_record(serialized, False, 16, 3, crop.object_cover,
                                        crop.area_cover, 'multi', 'cpu')
     session = tf.Session(graph=graph)
     yield serialized, outputs, session

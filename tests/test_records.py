@@ -2,7 +2,8 @@
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import records as records_lib
+from mlimages.data import input_pipeline
+from mlimages.data import records as records_lib
 from helpers import encode_pixels as encode, options, smooth_pixels
 
 tf.disable_v2_behavior()
@@ -30,7 +31,7 @@ def parse_labels(records, class_num=CLASSES):
     with tf.Graph().as_default():
         value = tf.placeholder(tf.string, [])
         crop = options()  # an evaluation crop: the training crop's settings are not used
-        _, label = records_lib.parse_record(value, False, 16, class_num, crop.object_cover,
+        _, label = input_pipeline.parse_record(value, False, 16, class_num, crop.object_cover,
                                             crop.area_cover, 'multi', 'cpu')
         with tf.Session() as sess:
             out = []

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import loss as loss_lib
+from mlimages.model import loss as loss_lib
 import resnet
 
 tf.disable_v2_behavior()
@@ -226,7 +226,7 @@ def test_a_partitioned_head_checkpoint_restores_whole_under_the_original_names(t
     """ps mode's head in 3 slices (class_partitioner), one Momentum step, saved: the
     checkpoint holds logits/dense/kernel, its bias and slots whole under their own names,
     and a single-device model (one slice) restores them equal."""
-    import model_fn
+    from mlimages.run import model_fn
     from test_model_fn import run_options
     opts = run_options(18, 'fp32')._replace(class_num=10)
     rng = np.random.default_rng(0)

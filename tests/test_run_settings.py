@@ -2,12 +2,11 @@
 with other flags says which, and the file reruns the run with --flagfile."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-import run_settings
+from mlimages.config import run_settings
+from helpers import run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,9 +49,7 @@ def test_flagfile_round_trip_and_a_resumed_run_with_a_changed_flag(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES='')
 
     def run(*args):
-        return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
-                              cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                              timeout=300)
+        return run_program('train.py', *args, env=env, cwd=str(tmp_path), timeout=300)
     first = run('--use_synthetic_data', '--model_dir=' + model_dir, '--class_num=5',
                 '--log_dir=' + str(tmp_path / 'log'), '--resnet_size=18', '--image_size=32',
                 '--batch_size=2', '--max_iter=1', '--lr=0.05', '--data_format=NHWC')

@@ -14,10 +14,10 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 import image_preprocess
-import model_fn
-import serving
+from mlimages.run import model_fn
+from mlimages.inference import serving
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import CLASSES, options, run_train, small_run_flags, write_dataset
+from helpers import CLASSES, options, run_main, run_train, small_run_flags, write_dataset
 from tools import extract_features
 from tools import predict as predict_tool
 
@@ -186,12 +186,6 @@ def test_scores_and_probabilities_are_the_head_over_the_features(trained, images
                  'probabilities')
 
 
-def run_tool(tool, capsys, *args):
-    status = tool.main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err.strip().splitlines()
-
-
 def tsv_rows(text):
     lines = text.splitlines()
     return lines[0].split('\t'), [line.split('\t') for line in lines[1:]]
@@ -204,7 +198,7 @@ def test_predict_tsv_with_ml_images_names_reports_the_broken_image_and_goes_on(
     dictionary = tmp_path / 'dictionary.txt'
     dictionary.write_text(DICTIONARY)
     # No --image_size: the trained one, from the run's flags.txt (inference_settings).
-    status, out, err = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
+    status, out, err = run_main(predict_tool, capsys, '--checkpoint', model_dir,
                                 '--class_dict', dictionary,
                                 '--top_k', 2, '--threshold', 0.5, '--batch_size', 2, directory)
     assert status == 0, err
@@ -245,7 +239,7 @@ def test_predict_json_lines_single_label_and_name_per_line_from_a_saved_model(
              os.path.basename(good[2][0]), os.path.join(directory, 'missing.jpg')]
     listing.write_text('\n'.join(lines) + '\n')
     output = tmp_path / 'out.jsonl'
-    status, out, err = run_tool(predict_tool, capsys, '--saved_model', export_dir,
+    status, out, err = run_main(predict_tool, capsys, '--saved_model', export_dir,
                                 '--single_label', '--top_k', 3, '--class_dict', names,
                                 '--format', 'jsonl', '--list', listing, '--output', output)
     assert status == 0 and out == ''
@@ -268,7 +262,7 @@ def test_predict_json_lines_single_label_and_name_per_line_from_a_saved_model(
         assert_close([e['score'] for e in record['top_k']], probabilities[order])
         assert 'positives' not in record
     # with --image_root the relative entry is found
-    status, out, err = run_tool(predict_tool, capsys, '--saved_model', export_dir,
+    status, out, err = run_main(predict_tool, capsys, '--saved_model', export_dir,
                                 '--format', 'jsonl', '--list', listing, '--image_root',
                                 directory, '--threshold', 0.0)
     records = [json.loads(line) for line in out.splitlines()]
@@ -279,7 +273,7 @@ def test_predict_json_lines_single_label_and_name_per_line_from_a_saved_model(
 def test_threshold_one_lists_only_the_top_k(trained, images, reference, capsys):
     model_dir, _ = trained
     directory, good = images
-    status, out, _ = run_tool(predict_tool, capsys, '--checkpoint', model_dir, '--image_size',
+    status, out, _ = run_main(predict_tool, capsys, '--checkpoint', model_dir, '--image_size',
                               IMAGE_SIZE, '--top_k', 1, '--threshold', 1.0, good[3][0])
     header, rows = tsv_rows(out)
     assert status == 0 and header[-1] == 'positive' and len(rows) == 1
@@ -291,7 +285,7 @@ def test_no_decodable_image_is_exit_status_1_and_no_output_file(trained, images,
     model_dir, _ = trained
     directory, _ = images
     output = tmp_path / 'out.tsv'
-    status, out, err = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
+    status, out, err = run_main(predict_tool, capsys, '--checkpoint', model_dir,
                                 '--image_size', IMAGE_SIZE, '--output', output,
                                 os.path.join(directory, '3_broken.jpg'))
     assert status == 1 and err[-1] == 'predict.py: error: no image could be processed ' \
@@ -309,7 +303,7 @@ def test_extract_features_rows_and_names_in_order(trained, images, reference, tm
             (['--checkpoint', os.path.join(model_dir, 'model.ckpt-2'), '--image_size',
               IMAGE_SIZE], 32), (['--saved_model', export_dir], 2)):
         output = tmp_path / 'features.npy'
-        status, _, err = run_tool(extract_features, capsys, *source, '--batch_size', batch,
+        status, _, err = run_main(extract_features, capsys, *source, '--batch_size', batch,
                                   directory, '-o', output)
         assert status == 0, err
         assert err[0].startswith('extract_features.py: inference settings: ')
@@ -340,7 +334,7 @@ def test_model_mismatches_are_one_line_and_exit_2(trained, images, tmp_path, cap
          'class dictionary %s has 4 classes, the model has %d' % (dictionary, CLASSES)),
     ]
     for args, message in cases:
-        status, out, err = run_tool(predict_tool, capsys, *args, '--output', output,
+        status, out, err = run_main(predict_tool, capsys, *args, '--output', output,
                                     good[0][0])
         # A model that does not load: the error is the only line; a dictionary that does
         # not fit it comes after the settings line.
@@ -382,7 +376,7 @@ def test_export_mode_and_predict_mode_of_train_py(trained, images, reference, tm
                        '--threshold=0.6')
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'train.py: skipped %s' % os.path.join(directory, '3_broken.jpg') in result.stderr
-    status, expected, _ = run_tool(predict_tool, capsys, '--checkpoint', model_dir,
+    status, expected, _ = run_main(predict_tool, capsys, '--checkpoint', model_dir,
                                    '--image_size', IMAGE_SIZE, '--top_k', 2, '--threshold',
                                    0.6, '--list', listing)
     assert status == 0
@@ -478,7 +472,7 @@ def test_extract_features_original_format_from_the_original_list(trained, photos
     listing = tmp_path / 'imglist.txt'
     listing.write_text(''.join('%s %d\n' % (path, 10 + i) for i, path in enumerate(photos)))
     result = tmp_path / 'test.txt'
-    status, _, err = run_tool(extract_features, capsys, '--format', 'original',
+    status, _, err = run_main(extract_features, capsys, '--format', 'original',
                               '--pretrain_ckpt', model_dir, '--image_size', IMAGE_SIZE,
                               '--images', listing, '--result', result)
     assert status == 0, err
@@ -512,7 +506,7 @@ def test_predict_original_format_reads_imagenets_dictionary_as_the_original(
     listing = tmp_path / 'im_list_for_classification.txt'
     listing.write_text(''.join('%s\n' % path for path in order))
     result = tmp_path / 'label_pred.txt'
-    status, _, err = run_tool(predict_tool, capsys, '--format', 'original', '--images',
+    status, _, err = run_main(predict_tool, capsys, '--format', 'original', '--images',
                               listing, '--top_k_pred', 3, '--model_dir', model_dir,
                               '--image_size', IMAGE_SIZE, '--dictionary', dictionary,
                               '--result', result)
@@ -538,7 +532,7 @@ def test_predict_original_format_reads_imagenets_dictionary_as_the_original(
         k += 1
     assert next(lines, None) is None
     # the project's own formats read the same file as names of whole words
-    import inference_io
+    from mlimages.inference import inference_io
     assert inference_io.load_class_names(str(dictionary))[2] == 'great white shark white shark'
 
 
@@ -549,7 +543,7 @@ def test_preprocess_eval_in_tools_and_export(trained, images, eval_reference, tm
     model_dir, _ = trained
     directory, good = images
     output = tmp_path / 'features.npy'
-    status, _, err = run_tool(extract_features, capsys, '--checkpoint', model_dir,
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir,
                               '--image_size', IMAGE_SIZE, '--preprocess', 'eval', directory,
                               '-o', output)
     assert status == 0, err

@@ -396,7 +396,8 @@ def test_the_container_route_pins_tensorflow_with_cuda_and_the_readme_runs_it():
     assert len(install) == 1
     assert '"tensorflow[and-cuda]==%s"' % pin in install[0]
     assert '-r requirements.txt' in install[0]  # numpy<2 and pillow as requirements.txt says
-    assert dockerfile.index('COPY requirements.txt') < dockerfile.index('RUN pip install')
+    # requirements.txt installs the checkout (-e .): it must be in the image by then
+    assert dockerfile.index('COPY . /app') < dockerfile.index('RUN pip install')
     with open(os.path.join(ROOT, '.dockerignore')) as f:
         ignored = f.read().split()
     assert '.venv*' in ignored and '.git' in ignored

@@ -1,8 +1,8 @@
-"""tools/shards.py: finding the shards to write and counting them, on real files."""
+"""mlimages/recordkit/shards.py: finding the shards to write and counting them, on real files."""
 import os
 
 import file_db
-from tools import shards
+from mlimages.recordkit import shards
 
 
 def test_shards_to_write_lists_the_directory_once_and_removes_only_stale_leftovers(

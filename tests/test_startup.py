@@ -2,12 +2,11 @@
 TensorFlow, one line and exit 2 for a flag that does not parse, a quiet log."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-import startup
+from mlimages.config import startup
+from helpers import run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The user's environment: no TF_CPP_MIN_LOG_LEVEL of the tests' own.
@@ -16,9 +15,7 @@ USER_ENV['CUDA_VISIBLE_DEVICES'] = ''
 
 
 def train_py(*args, timeout=300):
-    return subprocess.run([sys.executable, os.path.join(ROOT, 'train.py')] + list(args),
-                          cwd=ROOT, env=USER_ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_program('train.py', *args, env=USER_ENV, timeout=timeout)
 
 
 @pytest.mark.parametrize('version', [(3, 8), (3, 12), (3, 13), (2, 7)])

@@ -10,15 +10,13 @@ import tensorflow.compat.v1 as tf
 
 import flags as flags_lib
 import train
-from helpers import CLASSES, ROOT, options, run_train, scalar_tags, small_run_flags
+from helpers import CLASSES, ROOT, checkpoint_values, options, run_train, scalar_tags, \
+    small_run_flags
 
 
-def checkpoint_values(model_dir):
-    path = tf.train.latest_checkpoint(model_dir)
-    reader = tf.train.load_checkpoint(path)
-    return path, {name: reader.get_tensor(name)
-                  for name in ('global_step', 'pos_count', 'neg_count',
-                               'logits/dense/kernel/Momentum')}
+def latest(model_dir):
+    """(the latest checkpoint's path, its values: helpers.checkpoint_values)."""
+    return tf.train.latest_checkpoint(model_dir), checkpoint_values(model_dir)
 
 
 @pytest.mark.slow
@@ -26,7 +24,7 @@ def test_train_three_steps_then_resume_to_the_same_global_step(dataset, tmp_path
     model_dir = str(tmp_path / 'model')
     first = run_train(*small_run_flags(dataset, model_dir, 3))
     assert first.returncode == 0, first.stderr[-3000:]
-    path, values = checkpoint_values(model_dir)
+    path, values = latest(model_dir)
     assert path.endswith('model.ckpt-3')
     assert values['global_step'] == 3
     assert values['pos_count'][0] == 3  # class 0 is in every batch
@@ -48,14 +46,14 @@ def test_train_three_steps_then_resume_to_the_same_global_step(dataset, tmp_path
     second = run_train(*small_run_flags(dataset, model_dir, 5))
     assert second.returncode == 0, second.stderr[-3000:]
     assert 'Restoring parameters from %s' % path in second.stderr
-    path5, values5 = checkpoint_values(model_dir)
+    path5, values5 = latest(model_dir)
     assert path5.endswith('model.ckpt-5') and values5['global_step'] == 5
     assert values5['pos_count'][0] == 5  # counters continued from the checkpoint
     assert np.any(values5['logits/dense/kernel/Momentum'] != 0)
 
     third = run_train(*small_run_flags(dataset, model_dir, 5))
     assert third.returncode == 0, third.stderr[-3000:]
-    path_again, values_again = checkpoint_values(model_dir)
+    path_again, values_again = latest(model_dir)
     assert path_again == path5 and values_again['global_step'] == 5
 
 

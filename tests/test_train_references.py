@@ -109,7 +109,7 @@ def test_nchw_and_nhwc_compute_the_same_logits_from_the_same_weights():
 
 
 def test_bf16_runs_every_convolution_and_matmul_in_bfloat16():
-    import precision
+    from mlimages.model import precision
     with tf.Graph().as_default() as graph:
         model = resnet.ResNet(18, CLASSES, 'channels_last', 0.9, 1e-5)
         images = tf.zeros([2, 32, 32, 3])

@@ -13,7 +13,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-import records
+from mlimages.data import records
 from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags, write_dataset
 
 pytestmark = pytest.mark.slow

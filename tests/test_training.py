@@ -2,9 +2,9 @@
 and the epochs."""
 import os
 
-import distribute
+from mlimages.distributed import distribute
 import file_db
-import training
+from mlimages.run import training
 from helpers import options
 
 

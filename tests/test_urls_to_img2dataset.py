@@ -1,19 +1,16 @@
 """Tests of tools/urls_to_img2dataset.py: Tencent URL list -> img2dataset's Parquet input."""
 import os
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 
-from helpers import ENV, ROOT
+from helpers import run_program
 from tools import urls_to_img2dataset as u2i
 
 SCRIPT = os.path.join('tools', 'urls_to_img2dataset.py')
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args], cwd=ROOT,
-                          env=ENV, capture_output=True, text=True, timeout=120)
+    return run_program(SCRIPT, *args, timeout=120)
 
 
 def _rows(out_dir):

@@ -32,24 +32,23 @@ the table shows medians over --repeats turns; a ratio is the median of the per-t
 ratios. Shards are made once (photograph-like 500x375 JPEGs of quality 90, soft labels
 over 11,166 classes, written by tools/make_tfrecords.py) and reused from --shard_dir.
 --photos / --coverage: photo-size records instead (1-10 MP, before and after
-convert_tfrecords.py --short_side) and the crop resolution the network sees (tools/photos.py).
+convert_tfrecords.py --short_side) and the crop resolution the network sees (mlimages/bench/photos.py).
 --bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
-(tools/bookkeeping.py).
+(mlimages/bench/bookkeeping.py).
 """
 import argparse
 import glob
 import os
 import sys
 
-if __name__ == '__main__':
-    import _checkout  # noqa: F401 -- python tools/benchmark.py: the checkout importable
+import numpy as np
 
-import numpy as np  # noqa: E402
+from mlimages.config import startup
+from mlimages.bench import bookkeeping
+from mlimages.cli import common
+from mlimages.bench import photos
 
-import startup  # noqa: E402
-from tools import bookkeeping, common, photos  # noqa: E402
-
-from tools.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,  # noqa: E402
+from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,
                              build_pipeline, cpu_description, make_shards,
                              ratio_column, run_turns)
 
@@ -72,8 +71,8 @@ def build_step(name, files, args, literal_model=False, xla=None):
     original's graph) instead of resnet.py's CPU fast path.
     """
     tf = common.tensorflow()
-    import input_pipeline
-    import model_fn
+    from mlimages.data import input_pipeline
+    from mlimages.run import model_fn
     import resnet
     opts = step_options(args)._replace(use_synthetic_data=name.startswith('synthetic'))
     xla = args.xla if xla is None else xla
@@ -174,6 +173,8 @@ def build_parser():
 def main(argv=None):
     startup.check_versions('benchmark.py')
     args = build_parser().parse_args(argv)
+    import flags as flags_lib  # absl only; TensorFlow comes later
+    args.defaults = flags_lib.defaults()  # the trainer's settings the pipelines start from
     flags = os.environ.get('TF_XLA_FLAGS', '')
     if '--tf_xla_cpu_global_jit' not in flags:
         # Only read when a session asks for global JIT (--xla); harmless otherwise.

@@ -37,17 +37,14 @@ import os
 import sys
 import time
 
-if __name__ == '__main__':
-    import _checkout  # noqa: F401 -- python tools/check_tfrecords.py: the checkout importable
-
-import file_db  # noqa: E402
-import hierarchy as hierarchy_lib  # noqa: E402
-import startup  # noqa: E402
-from errors import UsageError, stop_raises, stopped  # noqa: E402 -- UsageError: exit 2
-from tools import common  # noqa: E402
-from tools import progress as _progress  # noqa: E402
-from tools import shard_checks  # noqa: E402
-from tools.record_checks import LABEL_LENGTH  # noqa: E402
+import file_db
+from mlimages.data import hierarchy as hierarchy_lib
+from mlimages.config import startup
+from mlimages.errors import UsageError, stop_raises, stopped  # UsageError: exit 2
+from mlimages.cli import common
+from mlimages.cli import progress as _progress
+from mlimages.recordkit import shard_checks
+from mlimages.recordkit.record_checks import LABEL_LENGTH
 
 PROG = 'check_tfrecords.py'
 SHARD_PATTERN = '*tfrecords'

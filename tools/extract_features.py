@@ -22,13 +22,11 @@ and image options are tools/predict.py's.
 """
 import sys
 
-if __name__ == '__main__':
-    import _checkout  # noqa: F401 -- python tools/extract_features.py: the checkout importable
-
-import startup  # noqa: E402
-from errors import stop_raises, stopped  # noqa: E402
-from tools import common  # noqa: E402
-from tools import predict as _predict  # noqa: E402
+import flags
+from mlimages.config import startup
+from mlimages.errors import stop_raises, stopped
+from mlimages.cli import common
+from mlimages.cli import predict_args
 
 PROG = 'extract_features.py'
 
@@ -39,9 +37,9 @@ def build_parser():
         description='Extract the pooled ResNet feature of each image with a model of '
                     'train.py: OUTPUT.npy (float32, one row per image) and a text file of '
                     'the image names in row order.',
-        epilog=_predict.EXIT_STATUS + ' With exit status 1 or 2 no file is written.')
-    _predict.add_model_arguments(parser)
-    _predict.add_image_arguments(parser)
+        epilog=predict_args.EXIT_STATUS + ' With exit status 1 or 2 no file is written.')
+    predict_args.add_model_arguments(parser, flags.defaults())
+    predict_args.add_image_arguments(parser)
     group = parser.add_argument_group('output')
     group.add_argument('-o', '--output', '--result', required=True, metavar='FILE',
                        dest='output',
@@ -70,7 +68,7 @@ def main(argv=None):
     parser = build_parser()
     try:
         args = parser.parse_intermixed_args(argv)
-        _predict.check_model_arguments(parser, args)
+        predict_args.check_model_arguments(parser, args)
         if args.format == 'original' and args.names:
             parser.error('--names goes with --format npy; --format original writes the '
                          'names in its one file')
@@ -88,12 +86,13 @@ def main(argv=None):
 
     # Features do not depend on how the scores are read: no label type.
     try:
-        result = _predict.with_predictor(
-            args, work, error, list_separator=' ' if args.format == 'original' else None,
-            settings=[name for name in _predict.SETTINGS if name != 'label_type'], prog=PROG)
+        result = predict_args.with_predictor(
+            args, flags.defaults(), work, error, PROG,
+            list_separator=' ' if args.format == 'original' else None,
+            settings=[name for name in predict_args.SETTINGS if name != 'label_type'])
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
         words, status = stopped(exc)
-        error('%s; %s' % (words, _predict.unfinished_output(args.output)))
+        error('%s; %s' % (words, predict_args.unfinished_output(args.output)))
         return status
     if result is None:
         return 2

@@ -36,21 +36,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = r'''
 import json, os, re, sys, time
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-sys.path.insert(0, %(root)r)
 import tensorflow.compat.v1 as tf
 tf.disable_v2_behavior()
 R = int(sys.argv[1])
 cpu = tf.config.list_physical_devices('CPU')[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * R)
-import distribute
-distribute.mirrored_devices = lambda k: ['/device:CPU:%%d' %% i for i in range(k)]
+from mlimages.distributed import distribute
+distribute.mirrored_devices = lambda k: ['/device:CPU:%d' % i for i in range(k)]
 if sys.argv[7] == 'mirrored':  # MirroredStrategy even over one device
     plain = distribute.train_distribute
     distribute.train_distribute = lambda d, n, devices=None, gpu_count=0, **kw: plain(
         d, n, distribute.mirrored_devices(n), gpu_count, **kw)
 import flags as flags_lib
 import train
-import training
+from mlimages.run import training
 
 class Measured(Exception):
     pass
@@ -67,8 +66,8 @@ class Probe(tf.train.SessionRunHook):
             'build_s': round(time.time() - START, 1)}))
 
 F = flags_lib.FLAGS
-F(['train.py', '--resnet_size=%%s' %% sys.argv[2], '--class_num=%%s' %% sys.argv[3],
-   '--image_size=%%s' %% sys.argv[4], '--batch_size=2', '--num_gpus=%%d' %% R,
+F(['train.py', '--resnet_size=%s' % sys.argv[2], '--class_num=%s' % sys.argv[3],
+   '--image_size=%s' % sys.argv[4], '--batch_size=2', '--num_gpus=%d' % R,
    '--use_synthetic_data', '--data_format=NHWC', '--visiable_gpu=-1', '--max_iter=1',
    '--model_dir=' + sys.argv[5], '--dtype=' + sys.argv[6]] + sys.argv[8:])
 opts = flags_lib.options(F)
@@ -90,7 +89,7 @@ def measure(replicas, resnet_size, class_num, image_size, dtype='fp32', extra=()
     env = dict(os.environ, CUDA_VISIBLE_DEVICES='', TF_CPP_MIN_LOG_LEVEL='3')
     with tempfile.TemporaryDirectory() as model_dir:
         result = subprocess.run(
-            [sys.executable, '-c', CHILD % {'root': ROOT}, str(replicas), str(resnet_size),
+            [sys.executable, '-c', CHILD, str(replicas), str(resnet_size),
              str(class_num), str(image_size), model_dir, dtype,
              'mirrored' if mirrored or replicas > 1 else 'none'] + list(extra),
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)

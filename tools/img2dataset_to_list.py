@@ -42,12 +42,9 @@ import re
 import shutil
 import sys
 
-if __name__ == '__main__':
-    import _checkout  # noqa: F401 -- python tools/img2dataset_to_list.py: the checkout importable
-
-from errors import stop_raises  # noqa: E402
-from tools import common  # noqa: E402
-from tools import progress as _progress  # noqa: E402
+from mlimages.errors import IncompleteDownloadError, ListError, stop_raises
+from mlimages.cli import common
+from mlimages.cli import progress as _progress
 
 PROG = 'img2dataset_to_list.py'
 # Hashes (sha256 of the bytes as served) of placeholder images known to be served with
@@ -57,14 +54,6 @@ PROG = 'img2dataset_to_list.py'
 KNOWN_PLACEHOLDERS = frozenset()
 COLUMNS = ['key', 'url', 'labels', 'name', 'status', 'error_message', 'sha256']
 _HEX64 = re.compile(r'[0-9a-f]{64}\Z')
-
-
-class ListError(Exception):
-    """Bad input; exit 2."""
-
-
-class IncompleteDownloadError(Exception):
-    """img2dataset left shards failed or unfinished; exit 1."""
 
 
 def expected_shards(input_dir, per_shard):

@@ -52,10 +52,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __name__ == '__main__':
-    import _checkout  # noqa: F401 -- python tools/launch_local_cluster.py: the checkout importable
-import startup  # noqa: E402
-from tools import ports as ports_lib  # noqa: E402
+from mlimages.config import startup
+from mlimages.cli import ports as ports_lib
 
 PROGRAM = 'launch_local_cluster.py'
 

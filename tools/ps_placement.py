@@ -21,11 +21,6 @@ import collections
 import contextlib
 import json
 import os
-import sys
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
 PS_TASK = '/job:ps/task:'
 
@@ -70,11 +65,11 @@ def placement(ps_tasks, argv):
     """[bytes on ps task k for k in range(ps_tasks)] and {variable name: task} of the
     chief's training graph; argv: train.py flags."""
     import tensorflow.compat.v1 as tf
-    import distribute
+    from mlimages.distributed import distribute
     import flags as flags_lib
-    import model_fn
+    from mlimages.run import model_fn
     import train
-    import training
+    from mlimages.run import training
     F = flags_lib.FLAGS
     F.unparse_flags()
     F(['train.py'] + list(argv))

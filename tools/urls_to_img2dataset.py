@@ -31,13 +31,10 @@ import os
 import shutil
 import sys
 
-if __name__ == '__main__':
-    import _checkout  # noqa: F401 -- python tools/urls_to_img2dataset.py: the checkout importable
-
-from errors import stop_raises  # noqa: E402
-from tools import common  # noqa: E402
-from tools import progress as _progress  # noqa: E402
-from tools.image_lists import ListFormatError, parse_sparse  # noqa: E402
+from mlimages.errors import UrlListError, stop_raises
+from mlimages.cli import common
+from mlimages.cli import progress as _progress
+from mlimages.recordkit.image_lists import ListFormatError, parse_sparse
 
 PROG = 'urls_to_img2dataset.py'
 COLUMNS = ('url', 'labels', 'name')
@@ -45,10 +42,6 @@ PART_NAME = 'part-%05d.parquet'
 # Labels are checked for their grammar and confidence range only: the class count is
 # make_tfrecords.py's -cls, checked there.
 _ANY_CLASS_NUM = sys.maxsize
-
-
-class ConvertError(Exception):
-    """Bad input; the CLI prints it as one line and exits 2."""
 
 
 def original_name(url):
@@ -121,19 +114,19 @@ def convert(url_list, out_dir, rows_per_file=1000000, overwrite=False, progress=
     import pyarrow.parquet as pq
 
     if not os.path.isfile(url_list):
-        raise ConvertError('no such URL list: %s' % url_list)
+        raise UrlListError('no such URL list: %s' % url_list)
     if os.path.exists(out_dir) and not overwrite:
-        raise ConvertError('%s exists; remove it or pass --overwrite' % out_dir)
+        raise UrlListError('%s exists; remove it or pass --overwrite' % out_dir)
     real_out = os.path.realpath(out_dir).rstrip(os.sep) + os.sep
     if os.path.realpath(url_list).startswith(real_out):
-        raise ConvertError('the output %s would hold the list %s: give another directory'
+        raise UrlListError('the output %s would hold the list %s: give another directory'
                            % (out_dir, url_list))
     # Pass 1 checks every line, so a bad last line costs no half-written directory.
     meter = _Progress(progress, 'checking %s' % os.path.basename(url_list))
     rows = sum(parse_line(line, url_list, n) is not None for n, line in _lines(url_list, meter))
     meter.finish()
     if not rows:
-        raise ConvertError('no URLs in %s' % url_list)
+        raise UrlListError('no URLs in %s' % url_list)
 
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
@@ -215,7 +208,7 @@ def main(argv=None):
                           args.overwrite, progress=not args.quiet)
     except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
         return common.download_failure(PROG, exc, args.out_dir)
-    except (ConvertError, ListFormatError) as exc:
+    except (UrlListError, ListFormatError) as exc:
         common.error_line(PROG, exc)
         return 2
     print('rows: %d in %d files (%s)' % (summary['rows'], summary['files'],

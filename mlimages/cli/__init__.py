@@ -1,0 +1,2 @@
+"""What every command shares: argparse helpers, TensorFlow on first use, process pools
+(common), the progress line, free ports."""

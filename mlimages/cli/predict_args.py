@@ -1,0 +1,196 @@
+"""What tools/predict.py and tools/extract_features.py share: the model and image arguments,
+the trained settings of --checkpoint (inference_settings), loading the serving.Predictor
+and the exit-status text. `defaults` is train.py's flags.defaults(), which the commands
+pass in (only entry points read flags)."""
+import argparse
+import os
+import sys
+
+from mlimages.cli import common
+from mlimages.distributed import devices
+from mlimages.inference import inference_settings
+
+# The network settings of --checkpoint (inference_settings: from the flags.txt beside it
+# unless given) and their defaults without that file; depth and class count are read from
+# the checkpoint's variables anyway. The layout (--data_format) does not change results.
+SETTINGS = ('image_size', 'resnet_size', 'class_num', 'batch_norm_epsilon', 'label_type')
+
+
+def setting_defaults(defaults):
+    """{setting: default} of SETTINGS from train.py's defaults (flags.Options)."""
+    return {'image_size': defaults.image_size,
+            'resnet_size': inference_settings.FROM_CHECKPOINT,
+            'class_num': inference_settings.FROM_CHECKPOINT,
+            'batch_norm_epsilon': defaults.batch_norm_epsilon,
+            'label_type': defaults.label_type}
+EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images that cannot '
+               'be read or decoded are reported on stderr, one line each, and skipped); 1 '
+               'when no image could be processed; 2 on bad usage or input (no checkpoint, a '
+               'model that does not match --class_num/--resnet_size, a bad class dictionary '
+               'or list file); then nothing is written; 143 / 130 when stopped by SIGTERM / '
+               'Ctrl-C (an output file appears only when complete).')
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected a positive integer, got %r' % text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError('expected a positive integer, got %d' % value)
+    return value
+
+
+def unit_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected a number in [0, 1], got %r' % text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError('expected a number in [0, 1], got %g' % value)
+    return value
+
+
+def add_model_arguments(parser, defaults):
+    """The model (checkpoint or SavedModel) and how to run it; shared with extract_features."""
+    group = parser.add_argument_group('model')
+    source = group.add_mutually_exclusive_group(required=True)
+    source.add_argument('--checkpoint', metavar='PATH',
+                        help='a model directory of train.py (its latest checkpoint) or a '
+                             'checkpoint path such as out/checkpoint/model.ckpt-44000 (also '
+                             'a checkpoint of the original program); --pretrain_ckpt and '
+                             '--model_dir are the original programs\' names for it')
+    for alias in ('--pretrain_ckpt', '--model_dir'):  # listed in --checkpoint's help
+        source.add_argument(alias, dest='checkpoint', help=argparse.SUPPRESS)
+    source.add_argument('--saved_model', metavar='DIR',
+                        help='a SavedModel: the base directory of train.py --export_dir '
+                             '(its highest version) or one <version>/ directory')
+    group.add_argument('--image_size', type=positive_int, metavar='S',
+                       help='network input size of the checkpoint\'s model (default: the '
+                            'trained --image_size of the flags.txt beside the checkpoint, '
+                            'else %d; a value that differs from the trained one is a '
+                            'warning); a SavedModel has its own' % defaults.image_size)
+    group.add_argument('--resnet_size', type=positive_int, metavar='N',
+                       help='check that the checkpoint holds a ResNet-N (it is read from '
+                            'the checkpoint anyway)')
+    group.add_argument('--class_num', type=positive_int, metavar='N',
+                       help='check that the model has N classes')
+    group.add_argument('--batch_size', type=positive_int, default=32, metavar='N',
+                       help='images per run of the model (default: 32)')
+    group.add_argument('--preprocess', choices=('original', 'eval'),
+                       help='how an image becomes the network input with --checkpoint. '
+                            'original (default): as the original\'s extract_feature.py and '
+                            'image_classification.py, the shorter side resized to 256 x '
+                            'image_size / 224 (OpenCV\'s bilinear), the centre square. eval: '
+                            'train.py\'s evaluation crop (the central 80 %%, squashed). A '
+                            'SavedModel has the one it was exported with')
+    group.add_argument('--data_format', default='auto',
+                       help='layout of the checkpoint\'s model: NCHW (on a GPU; NHWC '
+                            'without one), NHWC or auto (NCHW with a GPU; default); the '
+                            'results do not depend on it')
+    group.add_argument('--visiable_gpu', type=int, default=0, metavar='K',
+                       help='run on GPU K (the original\'s spelling; default 0, when there '
+                            'is one); -1 = leave the visible GPUs as they are')
+
+
+def add_image_arguments(parser):
+    group = parser.add_argument_group('images')
+    group.add_argument('images', nargs='*', metavar='IMAGE',
+                       help='image files, or directories searched recursively for '
+                            '.jpg/.jpeg/.png/.gif/.bmp files (natural order)')
+    group.add_argument('--list', '--images', metavar='FILE', dest='list',
+                       help='a list of images, one a line: the path is the text before the '
+                            'first tab, or the first field of a line without tabs, so the '
+                            'record builder\'s image lists (with labels) work as they are. '
+                            'With --format original the line is split as the original '
+                            'program did. --images is the original programs\' name')
+    group.add_argument('--image_root', metavar='DIR',
+                       help='directory the relative paths of --list are relative to '
+                            '(default: the current directory)')
+
+
+def check_model_arguments(parser, args):
+    if args.saved_model and (args.image_size or args.resnet_size or args.preprocess):
+        parser.error('--image_size, --resnet_size and --preprocess go with --checkpoint; a '
+                     'SavedModel has them built in')
+
+
+def choose_settings(args, names, defaults):
+    """({setting: value}, log lines) of --checkpoint's network (inference_settings.choose:
+    given, else the flags.txt beside the checkpoint, else setting_defaults); ({}, []) for a
+    SavedModel, which has its settings built in. Raises UsageError for a bad flags.txt."""
+    if not args.checkpoint:
+        return {}, []
+    defaults = {name: setting_defaults(defaults)[name] for name in names}
+    given = {'image_size': args.image_size, 'resnet_size': args.resnet_size,
+             'class_num': args.class_num,
+             'label_type': 'single' if getattr(args, 'single_label', False) else None}
+    given = {name: value for name, value in given.items() if name in names and value}
+    found, source = inference_settings.trained(args.checkpoint, defaults, names)
+    values, lines = inference_settings.choose(defaults, given, found, source, args.checkpoint,
+                                              {'label_type': '--single_label'})
+    return values, lines
+
+
+def load_model(serving, args, defaults, top_k=5, settings=None):
+    """The serving.Predictor the model arguments name: the model of train.py's defaults
+    (`defaults`, flags.Options) with `settings` (choose_settings; else --image_size) and this tool's
+    --data_format and --preprocess."""
+    data_format = args.data_format
+    if data_format.lower() in ('nchw', 'channels_first') and not devices.gpu_count():
+        data_format = 'NHWC'  # CPU convolutions are NHWC only; the results are the same
+    settings = settings or {}
+    opts = defaults._replace(
+        image_size=settings.get('image_size') or args.image_size or defaults.image_size,
+        batch_norm_epsilon=settings.get('batch_norm_epsilon', defaults.batch_norm_epsilon),
+        data_format=data_format)
+    return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
+                                  opts=opts, resnet_size=args.resnet_size,
+                                  class_num=args.class_num, top_k=top_k,
+                                  preprocess=args.preprocess or serving.DEFAULT_PREPROCESS)
+
+
+def with_predictor(args, defaults, work, error, prog, top_k=5, list_separator=None,
+                   settings=SETTINGS):
+    """Chooses the network's `settings` (choose_settings), collects the images the
+    arguments name, loads the model, says which settings it runs with (the first line on
+    stderr, after the model loaded: a model that does not load is one error line) and
+    returns work(serving, predictor, images, chosen settings), closing the model after; bad
+    input is reported with `error` and gives None (exit status 2). list_separator: read
+    --list as the original programs did (inference_io.original_list_entries)."""
+    # One GPU, chosen before TensorFlow starts, as train.py chooses them.
+    devices.choose(args.visiable_gpu, 1)
+    serving = common.checkout_module('mlimages.inference.serving')
+    common.tensorflow().get_logger().setLevel('ERROR')
+    bad_input = (serving.UsageError, common.checkout_module('file_db').DataError)
+    predictor = None
+    try:
+        chosen, lines = choose_settings(args, settings, defaults)
+        inference_io = common.checkout_module('mlimages.inference.inference_io')
+        if list_separator is not None and args.list and not os.path.isdir(args.list):
+            images = inference_io.collect_images(args.images) if args.images else []
+            images += inference_io.original_list_entries(args.list, list_separator,
+                                                         args.image_root)
+        else:
+            images = inference_io.collect_images(args.images, args.list, args.image_root)
+        predictor = load_model(serving, args, defaults, top_k, chosen)
+        if args.saved_model:
+            lines = ['inference settings: built into the SavedModel %s (%s)' % (
+                predictor.source, predictor.preprocessing or 'preprocessing not recorded')]
+        for line in lines:
+            sys.stderr.write('%s: %s\n' % (prog, line))
+        return work(serving, predictor, images, chosen)
+    except bad_input as e:
+        error(e)
+        return None
+    finally:
+        if predictor is not None:
+            predictor.close()
+
+
+def unfinished_output(output):
+    """What an interrupted run leaves of --output: a file appears only when complete
+    (inference_io.atomic_output)."""
+    if output in (None, '-'):
+        return 'the output on stdout is incomplete'
+    return 'nothing was written to %s' % output

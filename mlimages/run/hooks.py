@@ -1,0 +1,154 @@
+"""Session hooks of a training run: the log line of every interval, the step a failure
+happened at, the asynchronous stop at the last global step, and the end of a session that
+only ever restarts.
+
+The log line, every `every_n` steps of this worker and once more at the end:
+
+    step S: cross_entropy = ..., learning_rate = ..., train_accuracy = ... (R images/s,
+    T s/step[, whole job J images/s][, ETA h:mm:ss])
+
+R = steps x images a step of this worker / wall time of the interval (not a mean of
+per-step rates), T = wall time / steps, J = the global step's advance x images a global
+step / wall time (in a TF_CONFIG cluster only: in ps mode every worker's step advances the
+global step, in collective mode one synchronous step of all workers does), ETA = the
+global steps left to max_steps / the global step's advance per second (the job's rate:
+with K asynchronous workers K times this worker's). At the end one more line gives R and J
+over the whole run.
+"""
+import time
+
+import tensorflow.compat.v1 as tf
+from mlimages.errors import RestartLoop
+
+
+class TrainingLogHook(tf.train.SessionRunHook):
+    """The interval's log line (see the module docstring); tensors: {name: scalar}."""
+
+    def __init__(self, tensors, images_per_step, every_n, max_steps=None,
+                 images_per_global_step=None, worker_name=None, job=False):
+        self._tensors = tensors
+        self._images = images_per_step
+        self._global_images = images_per_global_step or images_per_step
+        self._every_n = max(1, every_n)
+        self._max_steps = max_steps
+        self._worker = worker_name or 'worker'
+        self._job = job
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+        self._iter = 0
+        self._values = None  # until a step completes
+
+    def after_create_session(self, session, coord):
+        self._start = self._last_time = time.time()
+        self._last_iter = 0
+        self._first_global = self._last_global = self._global = int(
+            session.run(self._global_step))
+
+    def before_run(self, run_context):
+        # The scalars are computed by the training step anyway; fetching them every step
+        # lets end() log the last step without running the graph (which would draw a
+        # batch and advance the loss counters).
+        self._iter += 1
+        return tf.train.SessionRunArgs(self._tensors)
+
+    def after_run(self, run_context, run_values):
+        self._values = run_values.results
+        if self._iter % self._every_n == 0:
+            self._log(run_context.session)
+
+    def end(self, session):
+        if self._iter != self._last_iter and self._values is not None:
+            self._log(session)
+        elapsed = time.time() - self._start
+        tf.logging.info('throughput %s, whole run: %s over %.1f s (%d steps of this worker, '
+                        'global step %d -> %d)', self._worker,
+                        self._rates(elapsed, self._iter, self._global - self._first_global),
+                        elapsed, self._iter, self._first_global, self._global)
+
+    def _rates(self, elapsed, steps, global_steps):
+        elapsed = max(elapsed, 1e-9)
+        return 'this worker %.1f images/s, whole job %.1f images/s' % (
+            steps * self._images / elapsed, global_steps * self._global_images / elapsed)
+
+    def _log(self, session):
+        now = time.time()
+        steps = self._iter - self._last_iter
+        elapsed = max(now - self._last_time, 1e-9)
+        step = self._global = max(self._global, int(session.run(self._global_step)))
+        text = ', '.join('%s = %.6g' % (k, v) for k, v in sorted(self._values.items()))
+        rate = steps / elapsed
+        line = 'step %d: %s (%.1f images/s, %.3f s/step' % (
+            step, text, rate * self._images, elapsed / steps)
+        if self._job:
+            line += ', whole job %.1f images/s' % (
+                (step - self._last_global) * self._global_images / elapsed)
+        global_rate = (step - self._last_global) / elapsed
+        if self._max_steps and global_rate > 0:
+            eta = int(max(0, self._max_steps - step) / global_rate)
+            line += ', ETA %d:%02d:%02d' % (eta // 3600, eta // 60 % 60, eta % 60)
+        tf.logging.info(line + ')')
+        self._last_time, self._last_iter, self._last_global = now, self._iter, step
+
+
+class StepTracker(tf.train.SessionRunHook):
+    """Remembers the global step after the last completed step; a failure is at the next."""
+
+    def __init__(self):
+        self.last_step = None
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.last_step = session.run(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        # A separate read: a fetch in the step itself may see the value before or after
+        # the increment.
+        self.last_step = run_context.session.run(self._global_step)
+
+    @property
+    def failed_step(self):
+        return None if self.last_step is None else self.last_step + 1
+
+
+class RestartLimitHook(tf.train.SessionRunHook):
+    """Ends a run whose session is created more than `limit` + 1 times in a row without
+    completing a step. The Estimator's MonitoredSession takes every AbortedError and
+    UnavailableError for a preempted peer (a ps or worker restarting) and creates the
+    session anew; after a real preemption steps follow, but an error that recurs on every
+    step (a kernel that cannot run: oneDNN reports its failures as AbortedError) would
+    restart the session forever."""
+
+    def __init__(self, limit=5):
+        self._limit = limit
+
+    def begin(self):
+        self._creations = 0
+
+    def after_create_session(self, session, coord):
+        self._creations += 1
+        if self._creations > self._limit + 1:
+            raise RestartLoop(self._creations - 1)
+
+    def after_run(self, run_context, run_values):
+        self._creations = 0
+
+
+class StopAtGlobalStepHook(tf.train.SessionRunHook):
+    """Asynchronous training (ps): after every step re-reads the global step, which the
+    other workers advance too, and stops once it reaches last_step. The Estimator's own
+    hook extrapolates from the step it fetched and so runs late when other workers step
+    in between; with this one a worker overshoots only with a step it started while
+    another worker's was in flight (at most workers - 1 steps past last_step in all)."""
+
+    def __init__(self, last_step):
+        self._last_step = last_step
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+
+    def after_run(self, run_context, run_values):
+        if run_context.session.run(self._global_step) >= self._last_step:
+            run_context.request_stop()

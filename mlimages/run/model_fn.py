@@ -1,0 +1,192 @@
+"""The Estimator model_fn: ResNet on the batch, the loss, the learning-rate schedule,
+Momentum, and the summaries.
+
+    logits = resnet(network_input(images))
+    loss = cross_entropy (loss.multilabel_cross_entropy, or softmax for single labels)
+           + weight_decay x sum l2_loss(v), v trainable, 'bn' not in its name
+           + bn_weight_decay x weight_decay x sum l2_loss(v), 'bn' in its name
+             (loss.weight_decay_loss; over every trainable variable, frozen ones included
+             as the original's finetune.py: they add a constant, no gradient is applied)
+    train_op = group(optimizer(lr).apply_gradients(gradients of loss over var_list),
+                     this replica's batch-norm updates)
+      optimizer  Momentum(opt_momentum) ('mom') or GradientDescent ('sgd')
+      lr         lr_schedule.learning_rate(global_step, schedule='piecewise'|'exponential')
+      var_list   every trainable variable, or under FixBlock2 (frozen_stages 2) those whose
+                 name contains stages_2, stages_3, global_pool or logits
+
+Summaries: images, cross_entropy, train_accuracy, learning_rate, skipped_records and the
+loss's histograms; evaluation metrics are metrics.multilabel_metrics, with the run's
+leaf_mask (train.py --hierarchy) also mAP_leaf over the classes L with leaf_mask true and
+mAP_inner over the others (metrics.masked_mean with M = L, then M = not L).
+
+The settings come whole, as the run's options (flags.Options: every flag's value), and
+what is derived from them for this run, as a Run.
+"""
+import collections
+
+import tensorflow.compat.v1 as tf
+
+from mlimages.run import checkpoints
+from mlimages.distributed import distribute
+from mlimages.run import hooks
+import image_preprocess
+from mlimages.data import input_pipeline
+from mlimages.model import loss as loss_lib
+from mlimages.model import lr_schedule
+from mlimages.model import metrics
+from mlimages.model import precision
+from mlimages.run import preemption
+import resnet
+
+# What the model_fn needs beyond the options: the values derived for this run. Inference
+# needs only the data format.
+Run = collections.namedtuple('Run', [
+    'data_format',             # 'channels_first' or 'channels_last' (--data_format resolved)
+    'images_per_step',         # images a training step of this process: replicas x batch
+    'images_per_global_step',  # images a global step of the whole job
+    'max_steps',               # the last global step (--max_iter), None = no end
+    'worker_name',             # the log line's name of this task
+    'job',                     # a task of a cluster: the log line adds the job's rate
+    'legacy_counters',         # model_dir holds the original program's counter names
+    'leaf_mask',               # --hierarchy: class_num bools, true for a leaf; or None
+    'warm_start',              # (checkpoint, variable names) to fine-tune from, or None
+    'head_shards',             # slices of the classifier head (ps mode: one a ps task)
+    'stop_together',           # a synchronous job: its tasks agree in each step on a stop
+], defaults=(None, None, None, 'worker', False, False, None, None, 1, False))
+
+NON_FINITE_LOSS = 'non-finite training loss'
+# TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
+# histogram for: ..."): non-finite values of the model, never a record's fault.
+NON_FINITE_SUMMARY = 'in summary histogram for'
+
+
+def trained_variables(variables, model):
+    """The variables the optimizer updates: all of them, or with frozen stages the
+    original's FixBlock2 set (resnet.trainable_under_fixblock2: names containing stages_2,
+    stages_3, global_pool or logits) -- for another frozen_stages, those outside
+    model.frozen_scopes()."""
+    if model.frozen_stages == 2:
+        return resnet.trainable_under_fixblock2(variables)
+    frozen = resnet.frozen_variables(variables, model.frozen_scopes())
+    return [v for v in variables if v not in frozen]
+
+
+def make_optimizer(name, lr, momentum):
+    """'mom': MomentumOptimizer(lr, momentum); 'sgd': GradientDescentOptimizer(lr)."""
+    if name == 'sgd':
+        return tf.train.GradientDescentOptimizer(lr)
+    if name == 'mom':
+        return tf.train.MomentumOptimizer(lr, momentum=momentum)
+    raise ValueError('optimizer must be mom or sgd, got %r' % (name,))
+
+
+def hierarchy_masks(leaf_mask):
+    """metrics.multilabel_metrics' class_masks for mAP_leaf and mAP_inner, or None."""
+    if leaf_mask is None:
+        return None
+    leaf = [bool(x) for x in leaf_mask]
+    return collections.OrderedDict([('leaf', leaf), ('inner', [not x for x in leaf])])
+
+
+def make_model_fn(opts, run):
+    """The Estimator model_fn(features, labels, mode) of a run (see the module docstring):
+    opts, the run's flags.Options; run, a Run."""
+    def model_fn(features, labels, mode):
+        return resnet_model_fn(features, labels, mode, opts, run)
+    return model_fn
+
+
+def resnet_model_fn(features, labels, mode, opts, run):
+    """The EstimatorSpec of a batch (see the module docstring)."""
+    training = mode == tf.estimator.ModeKeys.TRAIN
+    skipped = None
+    if isinstance(features, dict) and input_pipeline.SYNTHETIC in features:
+        features, labels = input_pipeline.synthetic_batch(features[input_pipeline.SYNTHETIC],
+                                                          opts.class_num)
+    elif isinstance(features, dict):
+        skipped = features.get('skipped_records')
+        features = features['image']
+    # uint8 batches (--augment_on=device) are augmented here, on the training device.
+    # Kept out of XLA clusters: the augmentation's per-step partition sizes vary, and a
+    # cluster built on them would be recompiled at every new shape.
+    with tf.xla.experimental.jit_scope(compile_ops=False):
+        features = image_preprocess.network_input(features, training)
+    tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
+    model = resnet.ResNet(opts.resnet_size, opts.class_num, run.data_format,
+                          opts.batch_norm_decay, opts.batch_norm_epsilon,
+                          2 if opts.FixBlock2 else 0, opts.frozen_bn, run.head_shards)
+    updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+    with precision.model_scope(opts.dtype):
+        logits = precision.float32(model(precision.model_input(features, opts.dtype), training))
+    own_updates = distribute.own_update_ops(updates_before)
+    model.features = precision.float32(model.features)
+    if training and run.warm_start:
+        # Changes only the initializers: a checkpoint in model_dir still wins on restart.
+        checkpoint, names = run.warm_start
+        tf.train.init_from_checkpoint(checkpoint, {name: name for name in names})
+    predictions = {
+        'classes': tf.argmax(logits, axis=1),
+        'probabilities': tf.nn.softmax(logits),
+        'scores': tf.sigmoid(logits),
+        'features': model.features,
+    }
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
+
+    cross_entropy, stats = loss_lib.cross_entropy_of(opts, labels, logits, update=training)
+    # With several replicas the step's cross_entropy is the mean over their batches (the
+    # loss of the global batch); the gradient comes from each replica's own.
+    reported_cross_entropy = distribute.all_reduce_mean(cross_entropy)
+    tf.summary.scalar('cross_entropy', reported_cross_entropy)
+    trained = trained_variables(tf.trainable_variables(), model)
+    # Over every trainable variable as the original: the frozen ones add only a constant.
+    loss = cross_entropy + loss_lib.weight_decay_of(opts, tf.trainable_variables())
+    # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
+    # even the one saved at the end) can hold the broken weights. The histograms, which
+    # reject NaN themselves, wait for this check: the same failure always gets its name.
+    finite = tf.debugging.check_numerics(loss, NON_FINITE_LOSS) if training else None
+    with tf.control_dependencies([finite] if training else []):
+        for name, tensor in sorted(stats.items()):
+            tf.summary.histogram(name, tf.identity(tensor))
+    accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
+    tf.summary.scalar('train_accuracy', accuracy[1])
+
+    train_op, training_hooks = None, []
+    if training:
+        global_step = tf.train.get_or_create_global_step()
+        lr = lr_schedule.learning_rate_of(opts, global_step)
+        tf.summary.scalar('learning_rate', lr)
+        optimizer = make_optimizer(opts.optimizer, lr, opts.opt_momentum)
+        optimizer = precision.wrap_optimizer(optimizer, opts.dtype)
+        # The gradients wait for the finite check; this replica's batch-norm updates run in
+        # the same step beside the apply (distribute.own_update_ops: no gradient waits on
+        # them; distribute.after: linear in the replicas).
+        gradients = distribute.after(finite, optimizer.compute_gradients(loss, var_list=trained))
+        train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
+        if run.stop_together:
+            preemption.stop_agreement()
+        logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
+                  'train_accuracy': accuracy[1]}
+        if skipped is not None:
+            logged['skipped_records'] = tf.reduce_max(skipped)
+            tf.summary.scalar('skipped_records', logged['skipped_records'])
+        training_hooks.append(hooks.TrainingLogHook(
+            logged, run.images_per_step, opts.log_interval, run.max_steps,
+            run.images_per_global_step, run.worker_name, run.job))
+    eval_metrics = None
+    if mode == tf.estimator.ModeKeys.EVAL:
+        # The histograms of mAP cannot place a NaN: say what it means instead.
+        scores = tf.debugging.check_numerics(
+            predictions['scores'], 'the model outputs NaN or Inf in inference mode (a '
+            'diverged model, or one trained too briefly for its batch-norm moving averages)')
+        eval_metrics = metrics.multilabel_metrics(
+            labels, scores, opts.mask_thres, class_masks=hierarchy_masks(run.leaf_mask))
+        eval_metrics['cross_entropy'] = tf.metrics.mean(cross_entropy)
+    scaffold = None
+    if run.legacy_counters:
+        # Built last: the saver must see every variable, the Momentum slots included.
+        scaffold = tf.train.Scaffold(saver=checkpoints.legacy_saver(opts.max_to_keep))
+    return tf.estimator.EstimatorSpec(
+        mode=mode, predictions=predictions, loss=loss, train_op=train_op,
+        eval_metric_ops=eval_metrics, training_hooks=training_hooks, scaffold=scaffold)
+

@@ -1,0 +1,86 @@
+"""flags.py: every flag in one --help group, Options from parsed flags, defaults(), given(),
+the CHECKS table and the rules across flags, and the grouped --help text."""
+import re
+
+import pytest
+from absl import flags as absl_flags
+
+import flags as flags_lib
+
+
+def parsed(*argv):
+    """A fresh FlagValues holding train.py's flags, parsed from argv (the global FLAGS
+    stays untouched)."""
+    values = absl_flags.FlagValues()
+    for name in flags_lib.Options._fields:
+        values[name] = flags_lib.FLAGS[name]
+    values.unparse_flags()
+    values(['train.py'] + list(argv))
+    return values
+
+
+def test_every_flag_is_in_exactly_one_group_and_in_the_options():
+    grouped = [name for names in flags_lib.GROUPS.values() for name in names]
+    assert len(grouped) == len(set(grouped))
+    assert list(flags_lib.Options._fields) == grouped
+
+
+def test_defaults_are_the_definitions_defaults():
+    defaults = flags_lib.defaults()
+    for name in flags_lib.Options._fields:
+        assert getattr(defaults, name) == flags_lib.FLAGS[name].default, name
+    # the original's values where they work (docs/original.md)
+    assert defaults.mode == 'train' and defaults.resnet_size == 101
+    assert defaults.data_format == 'auto' and defaults.max_to_keep == 200
+
+
+def test_options_and_given_follow_the_command_line():
+    values = parsed('--batch_size=7', '--mode=eval', '--lr=0.5')
+    opts = flags_lib.options(values)
+    assert (opts.batch_size, opts.mode, opts.lr) == (7, 'eval', 0.5)
+    assert flags_lib.given(values) == {'batch_size', 'mode', 'lr'}
+    assert opts._replace(batch_size=0, mode='train', lr=0)._fields == opts._fields
+    untouched = flags_lib.options(parsed())
+    assert untouched == flags_lib.defaults() and flags_lib.given(parsed()) == set()
+
+
+def test_the_defaults_pass_every_check():
+    assert flags_lib.problems(flags_lib.defaults()) == []
+
+
+def test_every_check_names_a_flag_and_rejects_a_bad_value():
+    assert set(flags_lib.CHECKS) <= set(flags_lib.Options._fields)
+    bad = {int: -5, float: float('nan'), str: 'no-such-value'}
+    for name, check in flags_lib.CHECKS.items():
+        default = getattr(flags_lib.defaults(), name)
+        assert check(name, default) is None, name
+        message = check(name, bad[type(default)])
+        if message is None and isinstance(default, (int, float)):
+            message = check(name, -10 ** 9)
+        assert message and '--' + name in message, (name, message)
+
+
+@pytest.mark.parametrize('changes, words', [
+    ({'mode': 'predict'}, '--mode=predict needs --piclist'),
+    ({'mode': 'export'}, '--mode=export needs --export_dir'),
+    ({'warmup': 3, 'lr_warmup_decay_step': 0}, '--warmup=3 needs --lr_warmup_decay_step > 0'),
+    ({'worker_id': 2, 'worker_num': 2}, '--worker_id=2 must be in [0, --worker_num=2)'),
+    ({'restore': True}, '--restore needs --pretrain_ckpt'),
+    ({'resnet_size': 77}, '--resnet_size'),
+])
+def test_the_first_problem_is_one_usage_error_line(changes, words):
+    from mlimages.errors import UsageError
+    with pytest.raises(UsageError) as raised:
+        flags_lib.validate(flags_lib.defaults()._replace(**changes))
+    assert words in str(raised.value) and '\n' not in str(raised.value)
+
+
+def test_help_lists_every_flag_under_its_group_in_order():
+    text = flags_lib.grouped_help('train.py')
+    headings = [line[:-1] for line in text.splitlines() if re.match(r'^\S.*:$', line)]
+    assert headings == list(flags_lib.GROUPS)
+    for group, names in flags_lib.GROUPS.items():
+        section = text.split('\n' + group + ':\n')[1].split('\n\n')[0]
+        listed = re.findall(r'^  --(\w+) \(default: ', section, re.M)
+        assert listed == names, group
+    assert "--batch_size (default: " in text and text.startswith('usage: train.py')
