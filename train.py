@@ -242,7 +242,13 @@ def run(extra_hooks=()):
     tf.logging.set_verbosity(tf.logging.INFO)
     # absl's handler prints every line once; TensorFlow's own would print it a second time.
     tf.get_logger().handlers.clear()
-    # Before app.run: its after-init callbacks start CUDA (devices.choose_at_start).
+    # Before app.run: its after-init callbacks start CUDA (devices.choose_at_start). A
+    # Slurm task takes its own block of the node's GPUs first; --visiable_gpu counts in it.
+    try:
+        cluster_flags.narrow_to_slurm_task(FLAGS.num_gpus)
+    except UsageError as e:
+        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
+        sys.exit(2)
     devices.choose_at_start(FLAGS.visiable_gpu, FLAGS.num_gpus, FLAGS.tf_gpu_thread_mode)
     app.run(functools.partial(main, extra_hooks=extra_hooks))
 

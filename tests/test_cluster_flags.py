@@ -14,7 +14,7 @@ import threading
 import pytest
 import tensorflow.compat.v1 as tf
 
-from mlimages.distributed import cluster_flags
+from mlimages.distributed import cluster_flags, devices
 import flags as flags_lib
 from mlimages.errors import UsageError
 from helpers import ENV, assert_identical_weights, checkpoint_values, cluster_run_flags, \
@@ -78,6 +78,21 @@ def test_slurm_step_gives_hosts_ranks_ports_and_gpus():
     assert cluster_flags.slurm_gpus(dict(SLURM, CUDA_VISIBLE_DEVICES=''), 1) == ''
     with pytest.raises(UsageError, match='fewer than --num_gpus=2 for each of the 2 tasks'):
         cluster_flags.slurm_gpus(dict(SLURM, CUDA_VISIBLE_DEVICES='0,1,2'), 2)
+
+
+def test_a_slurm_task_takes_its_block_of_the_gres_gpus_before_visiable_gpu():
+    """srun -n4 --gres=gpu:4 over two nodes: Slurm lists the node's four GPUs for both of
+    its tasks; local task 1 with --num_gpus=2 keeps GPUs 2,3, and --visiable_gpu=0 of
+    devices.choose then counts in that block, as it did for --gpus-per-task."""
+    environ = dict(SLURM, CUDA_VISIBLE_DEVICES='0,1,2,3')
+    assert cluster_flags.narrow_to_slurm_task(2, environ) == '2,3'
+    devices.choose(0, 2, environ=environ)
+    assert environ['CUDA_VISIBLE_DEVICES'] == '2,3'
+    gpus_per_task = dict(SLURM, CUDA_VISIBLE_DEVICES='5,7')  # --gpus-per-task=2
+    assert cluster_flags.narrow_to_slurm_task(2, gpus_per_task) == '5,7'
+    alone = {'CUDA_VISIBLE_DEVICES': '0,1'}  # no Slurm step, or TF_CONFIG: left as it is
+    assert cluster_flags.narrow_to_slurm_task(1, alone) is None
+    assert cluster_flags.narrow_to_slurm_task(1, dict(SLURM, TF_CONFIG='{}')) is None
 
 
 def test_precedence_tf_config_then_slurm_then_host_flags():

@@ -171,3 +171,25 @@ def test_launcher_gives_each_task_its_own_gpus(standin, tmp_path):
                  standin_env(standin, log, None))
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert sorted(seen(log)) == [('', 'ps:0'), ('0', 'chief:0'), ('1', 'worker:0')]
+
+
+@pytest.mark.parametrize('local', [0, 1])
+def test_a_slurm_task_under_gres_starts_cuda_with_its_own_gpu(standin, trained, tmp_path,
+                                                               local):
+    """srun -n2 --gres=gpu:2 on one node: Slurm sets CUDA_VISIBLE_DEVICES=0,1 for both
+    tasks (the node's GPUs, not the task's); with --num_gpus=1 each task starts CUDA with
+    its own GPU, SLURM_LOCALID's, before --visiable_gpu (0) counts in it. A missing
+    --hierarchy file stops the task with a usage error after the cluster is described and
+    before any server starts (no peer is needed)."""
+    data, model_dir = trained
+    log = tmp_path / 'cuinit.log'
+    env = dict(standin_env(standin, log, '0,1'), SLURM_JOB_ID='7', SLURM_PROCID=str(local),
+               SLURM_LOCALID=str(local), SLURM_STEP_NUM_TASKS='2',
+               SLURM_STEP_NODELIST='127.0.0.1', SLURM_STEP_TASKS_PER_NODE='2')
+    missing = str(tmp_path / 'no-hierarchy.txt')
+    result = run('train.py', small_run_flags(data, str(tmp_path / 'model'), 1) + [
+        '--num_gpus=1', '--hierarchy=' + missing], env)
+    assert result.returncode == 2 and missing in result.stderr.strip().splitlines()[-1], \
+        result.stderr[-2000:]
+    assert seen(log) == [(str(local), '')], result.stderr[-2000:]
+    assert 'task %d of 2, CUDA_VISIBLE_DEVICES=%d)' % (local, local) in result.stderr

@@ -143,6 +143,19 @@ def slurm_gpus(environ, num_gpus):
     return ','.join(gpus[local * num_gpus:(local + 1) * num_gpus])
 
 
+def narrow_to_slurm_task(num_gpus, environ=None):
+    """Under a Slurm step of several tasks (and no TF_CONFIG), this task's own GPU block
+    (slurm_gpus) as its CUDA_VISIBLE_DEVICES -- called before --visiable_gpu narrows it
+    (devices.choose): Slurm's --gres=gpu:N lists all N of the node's GPUs for every task,
+    and GPU 0 of that list would be every task's. Returns the value set, else None; raises
+    UsageError."""
+    environ = os.environ if environ is None else environ
+    if environ.get('TF_CONFIG', '').strip() or slurm_tasks(environ) <= 1:
+        return None
+    environ['CUDA_VISIBLE_DEVICES'] = slurm_gpus(environ, num_gpus)
+    return environ['CUDA_VISIBLE_DEVICES']
+
+
 def setup(opts, environ=None):
     """Puts the TF_CONFIG of Slurm or of the host flags into `environ` (os.environ), by the
     precedence rule, before anything reads it; under Slurm also this task's
