@@ -75,6 +75,18 @@ def run_main(tool, capsys, *args):
     return status, captured.out, captured.err.strip().splitlines()
 
 
+def train_model(root, max_iter, *extra, data=None, env=ENV, program='train.py'):
+    """The trained model every `trained` fixture starts from: write_dataset under root
+    (unless data is given), then `program` (train.py) with small_run_flags and `extra`;
+    asserts it exited 0. Returns (data, model_dir, the CompletedProcess)."""
+    data = data or write_dataset(os.path.join(str(root), 'ds'))
+    model_dir = os.path.join(str(root), 'model')
+    result = run_program(program, *(small_run_flags(data, model_dir, max_iter) + list(extra)),
+                         env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return data, model_dir, result
+
+
 def small_run_flags(data, model_dir, max_iter):
     """A small train.py run: ResNet-18 (8 s and 170 MB of checkpoints for a few steps here,
     against ResNet-50's 12 s and 360 MB; test_model_fn trains the bottleneck ResNet-50)."""

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import tensorflow.compat.v1 as tf
 
-from helpers import CLASSES, ENV, run_program, small_run_flags, write_dataset
+from helpers import CLASSES, ENV, run_program, small_run_flags, train_model, write_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_DEVICE = 100
@@ -95,11 +95,9 @@ def trained(standin, module_dir):
     """(data, model_dir): one training step of train.py --visiable_gpu=3 on the stand-in
     (it trains on the CPU, as on a box whose GPUs are missing); cuInit saw GPU 3 only."""
     root = module_dir('trained')
-    data, model_dir, log = write_dataset(str(root / 'ds')), str(root / 'model'), root / 'log'
-    result = run('train.py', small_run_flags(data, model_dir, 1) + [
-        '--visiable_gpu=3', '--resnet_size=18', '--image_size=32'],
-        standin_env(standin, log, None))
-    assert result.returncode == 0, result.stderr[-3000:]
+    log = root / 'log'
+    data, model_dir, _ = train_model(root, 1, '--visiable_gpu=3',
+                                     env=standin_env(standin, log, None))
     assert seen(log) == [('3', '')]
     return data, model_dir
 

@@ -1,8 +1,6 @@
 """Tests of tools/make_tfrecords.py on real image files and real TFRecord shards."""
 import io
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest

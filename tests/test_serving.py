@@ -17,7 +17,7 @@ import image_preprocess
 from mlimages.run import model_fn
 from mlimages.inference import serving
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import CLASSES, options, run_main, run_train, small_run_flags, write_dataset
+from helpers import CLASSES, options, run_main, run_train, train_model
 from tools import extract_features
 from tools import predict as predict_tool
 
@@ -60,13 +60,11 @@ def assert_top_k(classes, scores, k=None):
 def trained(module_dir):
     """(model_dir, export_dir): two training steps, then the SavedModel of the last one."""
     root = str(module_dir('serving'))
-    data = write_dataset(root)
-    model_dir, export_dir = os.path.join(root, 'model'), os.path.join(root, 'export')
+    export_dir = os.path.join(root, 'export')
     # batch_norm_decay 0: moving statistics of the last batch, finite after two steps.
-    result = run_train(*small_run_flags(data, model_dir, 2), '--resnet_size=18',
-                       '--image_size=%d' % IMAGE_SIZE, '--batch_norm_decay=0', '--lr=1e-4',
-                       '--export_dir=' + export_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
+    _, model_dir, result = train_model(root, 2, '--image_size=%d' % IMAGE_SIZE,
+                                       '--batch_norm_decay=0', '--lr=1e-4',
+                                       '--export_dir=' + export_dir)
     # TensorFlow Serving's layout: <export_dir>/<integer version>/.
     (version,) = os.listdir(export_dir)
     assert version.isdigit()

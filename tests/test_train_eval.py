@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from helpers import CLASSES, run_train, small_run_flags, write_dataset
+from helpers import CLASSES, run_train, small_run_flags, train_model, write_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -15,14 +15,11 @@ METRICS = {'mAP', 'precision@1', 'precision@5', 'micro_f1', 'macro_f1', 'accurac
 
 @pytest.fixture(scope='module')
 def trained(module_dir):
-    root = str(module_dir('eval'))
-    data = write_dataset(root)
-    model_dir = os.path.join(root, 'model')
     # Moving averages = the last batch's statistics, so that inference after two steps
     # is as finite as training.
-    result = run_train(*small_run_flags(data, model_dir, 2), '--mode=train_and_eval',
-                       '--test_interval=1', '--test_iter=1', '--batch_norm_decay=0', '--lr=1e-4')
-    assert result.returncode == 0, result.stderr[-3000:]
+    data, model_dir, result = train_model(
+        module_dir('eval'), 2, '--mode=train_and_eval', '--test_interval=1', '--test_iter=1',
+        '--batch_norm_decay=0', '--lr=1e-4')
     return data, model_dir, result.stderr
 
 
