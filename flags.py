@@ -110,6 +110,12 @@ _string(G, 'ps_hosts', '', 'host:port of every parameter server (asynchronous ps
 _int(G, 'ps_id', -1, 'Run as parameter server k of --ps_hosts (-1: a training worker).')
 _int(G, 'slurm_port_base', 8888, 'Under srun: the port of a node\'s first task (the next '
      'tasks of the node take the following ports).')
+_int(G, 'peer_timeout', 300, 'A task of a cluster job (collective or ps) ends with exit '
+     'status 200 (retryable: rerun every task to resume) when a task it cannot go on without '
+     'has not answered for this many seconds (stopped, hung, gone or never started); in a '
+     'collective job a task that is gone after a step ends the others at once. A live task '
+     'always answers, in a long step, a checkpoint save or its graph build. 0 = wait '
+     'forever (TensorFlow\'s behaviour). See docs/distributed.md.')
 
 G = 'Model'
 _int(G, 'class_num', 1000, 'Number of classes (length of every record\'s label).')
@@ -408,6 +414,7 @@ CHECKS = {
     'test_interval': checks.at_least(0),
     'test_iter': checks.at_least(0, '0 = the whole val split'),
     'eval_throttle_secs': checks.at_least(0),
+    'peer_timeout': checks.at_least(0, '0 = wait forever'),
     'top_k': checks.positive,
     'threshold': checks.fraction,
     'preprocess': _preprocess,

@@ -13,7 +13,8 @@ data flow is docs/layout.md's
 Exit status: 0 done, 1 an error after training started (errors.TrainingError), 2 a bad
 flag or input (errors.UsageError, file_db.DataError), 143 / 130 stopped by SIGTERM / SIGINT
 (128 + the signal; a training run saves a checkpoint at the step it stopped at first:
-rerun the same command to resume, preemption.py); each reported as one line.
+rerun the same command to resume, preemption.py), 200 a task of the cluster job was lost
+(peers.py: retryable, rerun every task to resume); each reported as one line.
 """
 import logging
 import os
@@ -35,8 +36,8 @@ import file_db  # noqa: E402
 import flags as flags_lib  # noqa: E402
 from mlimages.config import run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
-from mlimages.errors import (Interrupted, TrainingError, UsageError, stop_raises,  # noqa: E402
-                             stopped)
+from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
+                             TrainingError, UsageError, stop_raises, stopped)
 from mlimages.inference import inference_io, inference_settings, serving  # noqa: E402
 from mlimages.model import precision  # noqa: E402
 from mlimages.run import checkpoints, run_dirs, training  # noqa: E402
@@ -211,6 +212,9 @@ def main(argv, extra_hooks=()):
     except TrainingError as e:
         sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
         sys.exit(1)
+    except PeerLost as e:
+        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
+        sys.exit(PEER_LOST_STATUS)
     except Interrupted as e:
         sys.stderr.write('%s: %s\n' % (PROGRAM, e))
         # Everything is saved and closed: out now. The interpreter's teardown of a

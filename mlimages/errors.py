@@ -5,7 +5,8 @@ UsageError: a bad flag value or input, found before any graph is built (exit sta
 TrainingError: training, evaluation or prediction started and then stopped (exit status 1).
 Bad or missing data is DataError (exit status 2); the other input errors below (a hierarchy,
 a directory, an archive, an image list or image, a TF_CONFIG) are exit status 2 where a
-program meets them, too. Interrupted and Stopped: a signal (exit status 128 + the signal: 143
+program meets them, too. PeerLost: a task of a cluster job was lost, so this one ends
+(exit status 200, retryable). Interrupted and Stopped: a signal (exit status 128 + the signal: 143
 for SIGTERM, 130 for SIGINT); stop_raises makes SIGTERM stop a program as Ctrl-C does, and
 `stopped` names either for the one line.
 """
@@ -33,6 +34,17 @@ def op_error_text(error):
     # TensorFlow adds its out-of-memory hint to every ResourceExhaustedError, a full disk's too.
     return text.split(' Hint: If you want to see a list of allocated tensors')[0].strip() or \
         type(error).__name__
+
+
+# Retryable (128-255, beside 143 / 130) for Kubernetes' ExitCode policy, Slurm's --requeue and
+# tools/launch_local_cluster.py, and no signal's number (128 + n for n <= 64).
+PEER_LOST_STATUS = 200
+
+
+class PeerLost(RuntimeError):
+    """A task of the job this one cannot go on without was lost (peers.py): reported as one
+    line, exit status 200, retryable like 143 / 130 (the rerun resumes from the chief's
+    last checkpoint)."""
 
 
 class Interrupted(Exception):

@@ -91,3 +91,36 @@ def test_restarts_with_steps_in_between_go_on():
         with tf.train.MonitoredSession(hooks=[hooks.RestartLimitHook(2), abort]) as session:
             steps = [session.run(advance) for _ in range(5)]
     assert abort.calls == 11 and len(steps) == 5
+
+
+class StepTime(tf.train.SessionRunHook):
+    """Moves a fake clock by the next of `seconds` during each step (its after_run runs
+    before the log hook's)."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.seconds = clock, list(seconds)
+
+    def after_run(self, run_context, run_values):
+        self.clock[0] += self.seconds.pop(0)
+
+
+@pytest.mark.parametrize('job,slow,noted', [(True, 10.0, True), (True, 4.0, False),
+                                            (False, 10.0, False)])
+def test_the_interval_line_names_a_step_slower_than_10x_the_median_in_a_job(
+        monkeypatch, job, slow, noted):
+    clock = [1000.0]
+    monkeypatch.setattr(hooks.time, 'time', lambda: clock[0])
+    lines = []
+    monkeypatch.setattr(hooks.tf.logging, 'info', lambda fmt, *a: lines.append(fmt % a))
+    with tf.Graph().as_default():
+        advance = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+        hook = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=7,
+                                     worker_name='chief:0', job=job)
+        timer = StepTime(clock, [0.5] * 6 + [slow])
+        with tf.train.MonitoredSession(hooks=[timer, hook]) as session:
+            for _ in range(7):
+                session.run(advance)
+    line = [l for l in lines if l.startswith('step 7: ')][0]
+    note = '; slowest step %.1f s = %.0fx the median 0.500 s: a slow task of the job' % (
+        slow, slow / 0.5)
+    assert line.endswith(note) == noted, line

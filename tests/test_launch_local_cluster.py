@@ -196,8 +196,8 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
         assert files_read(f.read().splitlines()) == worker
     assert [l for l in launch.task_lines('worker:0') if ' step ' in l and 'images/s' in l]
     assert any('whole job' in l and 'whole run' in l for l in launch.task_lines('chief:0'))
-    assert re.search(r'ps:0 \(pid \d+\) killed by signal 15 \(stopped by the launcher\)',
-                     launch.text)
+    # The ps task ends by itself once the chief and the worker are done.
+    assert re.search(r'ps:0 \(pid \d+\) exited with status 0$', launch.text, re.M), launch.text
     # Only the chief writes checkpoints and summaries, in model_dir.
     assert not [name for name in os.listdir(model_dir) if name.startswith('tmp_worker')]
 

@@ -23,9 +23,10 @@ only a loopback interface, unreachable from anywhere else.
 
 With --evaluator an `evaluator` task (not a member of the cluster; it reads the chief's
 checkpoints) evaluates each new checkpoint on the val split and exits after the last.
-A ps task never exits by itself: when the chief, every worker and the evaluator have
-finished, the ps tasks are stopped (SIGTERM, then SIGKILL). A training or evaluator task
-killed by a signal (or stopped by one: exit status 143 / 130) is restarted with the same TF_CONFIG and flags (up to --restarts times;
+A ps task exits 0 by itself once the chief (and every worker still there) has finished;
+one still running PS_GRACE s after that is stopped (SIGTERM, then SIGKILL). A task killed
+by a signal or exiting with a retryable status (128-255: 143 / 130 stopped by a signal,
+200 a lost peer) is restarted with the same TF_CONFIG and flags (up to --restarts times;
 it resumes from the chief's checkpoints: in ps mode it rejoins the running job, in
 collective mode -- where the other workers cannot go on without it -- every training task
 is restarted). Any other failure stops every task. SIGTERM or SIGINT to the launcher is
@@ -202,7 +203,7 @@ class Task(object):
 
     @property
     def finishes(self):
-        """Exits by itself at the end of the job (every task but a ps)."""
+        """Ends the job by its exit (every task but a ps, which ends after them)."""
         return self.type != 'ps'
 
     def start(self):
@@ -259,8 +260,11 @@ def describe_exit(code):
     return 'killed by signal %d' % -code if code < 0 else 'exited with status %d' % code
 
 
-# train.py's exit statuses after SIGTERM / SIGINT: stopped by a signal, as a kill is.
-STOPPED_BY_SIGNAL = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+# train.py's retryable exit statuses, as a kill is: 143 / 130 stopped by SIGTERM / SIGINT,
+# 200 a lost peer (what Kubernetes' ExitCode policy restarts).
+RETRYABLE = range(128, 256)
+# Seconds the ps tasks get to exit by themselves after the chief and the workers finished.
+PS_GRACE = 30.0
 
 
 def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
@@ -278,13 +282,11 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
         if timeout and time.time() - start > timeout:
             say('timeout: %d s passed; stopping every task' % timeout)
             return 1
-        # A ps task that exits at all, or another task that fails.
-        died = [t for t in tasks if t.poll() is not None and
-                (t.returncode != 0 or not t.finishes)]
+        died = [t for t in tasks if t.poll() is not None and t.returncode != 0]
         for task in died:
             task.flush()
-            killed = task.returncode < 0 or task.returncode in STOPPED_BY_SIGNAL
-            if not (task.finishes and killed and task.restarts < restarts):
+            killed = task.returncode < 0 or task.returncode in RETRYABLE
+            if not (killed and task.restarts < restarts):
                 say('%s %s; stopping every task' % (task.name, describe_exit(task.returncode)))
                 return 1
             task.restarts += 1
@@ -303,6 +305,10 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
         if all(t.poll() == 0 for t in finishing):
             say('the chief and every worker%s finished in %.1f s' % (
                 '' if finishing == trainers else ' and the evaluator', time.time() - start))
+            serving = [t for t in tasks if not t.finishes]
+            deadline = time.time() + PS_GRACE
+            while any(t.poll() is None for t in serving) and time.time() < deadline:
+                time.sleep(0.2)
             return 0
     say('%s; forwarding it to every training task (the chief saves a checkpoint), then '
         'stopping the ps tasks' % signal.Signals(stop_requested.signum).name)

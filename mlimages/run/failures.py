@@ -12,7 +12,7 @@ from mlimages.run import checkpoints
 from mlimages.distributed import devices
 from mlimages.run import model_fn
 from mlimages.run import preemption
-from mlimages.errors import Interrupted, op_error_text
+from mlimages.errors import PEER_LOST_STATUS, Interrupted, op_error_text
 
 # TensorFlow's words for an op it cannot put on a device: a placement problem, not data.
 PLACEMENT_ERRORS = ('Cannot assign a device for operation',
@@ -56,6 +56,28 @@ def describe_failure(error, opts, step):
         return ('bad record%s: %s; find it with tools/check_tfrecords.py, or train on with '
                 '--skip_bad_records; %s' % (at, first_line, kept))
     return '%s%s; %s' % (first_line, at, kept)
+
+
+# TensorFlow's words for a step that failed because another task of the job went away.
+PEER_ERRORS = ('Collective ops is aborted', 'failed to connect to all addresses',
+               'Socket closed', 'Connection reset by peer', 'connection refused')
+
+
+def peer_failure(error, distribution):
+    """An error of a cluster job's step that means a peer was lost (the rerun of every task
+    resumes), not a fault of this task."""
+    if distribution not in ('ps', 'collective'):
+        return False
+    return isinstance(error, (tf.errors.UnavailableError, tf.errors.CancelledError)) or any(
+        text.lower() in error.message.lower() for text in PEER_ERRORS)
+
+
+def describe_peer_failure(error, step):
+    """The one line of errors.PeerLost for peer_failure's errors."""
+    return ('a task of the job was lost (%s) %s; exiting with status %d (retryable): rerun '
+            'every task of the job with the same command to resume from the last checkpoint'
+            % (op_error_text(error), 'after global step %s' % step if step is not None
+               else 'before the first step', PEER_LOST_STATUS))
 
 
 def describe_restart_loop(restarts, opts, step):

@@ -5,7 +5,8 @@ only ever restarts.
 The log line, every `every_n` steps of this worker and once more at the end:
 
     step S: cross_entropy = ..., learning_rate = ..., train_accuracy = ... (R images/s,
-    T s/step[, whole job J images/s][, ETA h:mm:ss])
+    T s/step[, whole job J images/s][, ETA h:mm:ss])[; slowest step X s = K x the median
+    M s: a slow task of the job]
 
 R = steps x images a step of this worker / wall time of the interval (not a mean of
 per-step rates), T = wall time / steps, J = the global step's advance x images a global
@@ -13,12 +14,17 @@ step / wall time (in a TF_CONFIG cluster only: in ps mode every worker's step ad
 global step, in collective mode one synchronous step of all workers does), ETA = the
 global steps left to max_steps / the global step's advance per second (the job's rate:
 with K asynchronous workers K times this worker's). At the end one more line gives R and J
-over the whole run.
+over the whole run. In a cluster job the line says when a step of the interval took more
+than SLOW_FACTOR times the median step (of the last 100, once there are 5): in a
+synchronous job every step waits for the slowest task.
 """
+import statistics
 import time
 
 import tensorflow.compat.v1 as tf
 from mlimages.errors import RestartLoop
+
+SLOW_FACTOR = 10
 
 
 class TrainingLogHook(tf.train.SessionRunHook):
@@ -38,6 +44,7 @@ class TrainingLogHook(tf.train.SessionRunHook):
         self._global_step = tf.train.get_global_step()
         self._iter = 0
         self._values = None  # until a step completes
+        self._durations, self._slowest = [], 0.0
 
     def after_create_session(self, session, coord):
         self._start = self._last_time = time.time()
@@ -50,10 +57,14 @@ class TrainingLogHook(tf.train.SessionRunHook):
         # lets end() log the last step without running the graph (which would draw a
         # batch and advance the loss counters).
         self._iter += 1
+        self._step_start = time.time()
         return tf.train.SessionRunArgs(self._tensors)
 
     def after_run(self, run_context, run_values):
         self._values = run_values.results
+        duration = time.time() - self._step_start
+        self._slowest = max(self._slowest, duration)
+        self._durations = (self._durations + [duration])[-100:]
         if self._iter % self._every_n == 0:
             self._log(run_context.session)
 
@@ -87,8 +98,18 @@ class TrainingLogHook(tf.train.SessionRunHook):
         if self._max_steps and global_rate > 0:
             eta = int(max(0, self._max_steps - step) / global_rate)
             line += ', ETA %d:%02d:%02d' % (eta // 3600, eta // 60 % 60, eta % 60)
-        tf.logging.info(line + ')')
+        tf.logging.info(line + ')' + self._slow_note())
         self._last_time, self._last_iter, self._last_global = now, self._iter, step
+        self._slowest = 0.0
+
+    def _slow_note(self):
+        if not self._job or len(self._durations) < 5:
+            return ''
+        median = statistics.median(self._durations)
+        if self._slowest <= SLOW_FACTOR * median:
+            return ''
+        return '; slowest step %.1f s = %.0fx the median %.3f s: a slow task of the job' % (
+            self._slowest, self._slowest / median, median)
 
 
 class StepTracker(tf.train.SessionRunHook):
@@ -111,6 +132,29 @@ class StepTracker(tf.train.SessionRunHook):
     @property
     def failed_step(self):
         return None if self.last_step is None else self.last_step + 1
+
+
+class PeerWatchHook(tf.train.SessionRunHook):
+    """Tells a peers.Watch when this task waits for the job (from the session's creation,
+    and in each step) and when a step completed (the global step: the StepTracker's, which
+    runs before this hook); the watch ends the task when a peer it cannot go on without is
+    lost."""
+
+    def __init__(self, watch, tracker):
+        self._watch, self._tracker = watch, tracker
+
+    def begin(self):
+        self._watch.start()
+        self._watch.waiting()
+
+    def before_run(self, run_context):
+        self._watch.waiting()
+
+    def after_run(self, run_context, run_values):
+        self._watch.stepped(self._tracker.last_step)
+
+    def end(self, session):
+        self._watch.stop()
 
 
 class RestartLimitHook(tf.train.SessionRunHook):

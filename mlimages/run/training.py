@@ -21,6 +21,8 @@ from mlimages.run import checkpoints
 from mlimages.distributed import cluster_flags
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
+from mlimages.distributed import peers
+from mlimages.distributed import ps_server
 from mlimages.run import failures
 import file_db
 from mlimages.data import hierarchy
@@ -32,7 +34,7 @@ from mlimages.data import records
 import resnet
 from mlimages.run import run_dirs
 from mlimages.config import run_settings
-from mlimages.errors import TrainingError, UsageError, op_error_text
+from mlimages.errors import PeerLost, TrainingError, UsageError, op_error_text
 
 PROGRAM = 'train.py'  # the prefix of the line a second signal writes
 
@@ -331,7 +333,9 @@ def train(opts, settings=None, extra_hooks=()):
     tracker = hooks.StepTracker()
     preempt = preemption.Preemption(PROGRAM)
     stop_hook = preemption.StopHook(preempt)
-    run_hooks = [tracker, hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
+    watch = peer_watch(opts, plan)
+    run_hooks = [tracker] + ([hooks.PeerWatchHook(watch, tracker)] if watch else []) + [
+        hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
     if plan.distribution == 'ps' and opts.max_iter > 0:
         run_hooks.append(hooks.StopAtGlobalStepHook(opts.max_iter))
     if run.legacy_counters:
@@ -342,11 +346,16 @@ def train(opts, settings=None, extra_hooks=()):
                     opts.max_iter if opts.max_iter > 0 else 'infinity', opts.model_dir)
     try:
         with preempt if plan.trains else contextlib.nullcontext():
+            if plan.task is not None and plan.task.type == 'ps':
+                serve_ps(estimator, plan, watch)
+                return estimator
             train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks,
                       stop_hook, preempt.requested)
     except tf.errors.OpError as e:
         if chief:  # a failed save's model.ckpt-N_temp/
             run_dirs.remove_leftovers(opts.model_dir)
+        if failures.peer_failure(e, plan.distribution):
+            raise PeerLost(failures.describe_peer_failure(e, tracker.last_step))
         raise TrainingError(failures.describe_failure(e, opts, tracker.failed_step))
     except hooks.RestartLoop as e:
         raise TrainingError(failures.describe_restart_loop(e.restarts, opts, tracker.failed_step))
@@ -359,20 +368,48 @@ def train(opts, settings=None, extra_hooks=()):
                 ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
     if preempt.requested():
         raise failures.interrupted(preempt, opts, plan, tracker.last_step)
+    if plan.distribution == 'ps':  # the ps tasks end once the chief and workers are done
+        ps_server.report_done(plan.task.cluster, plan.worker_id, tf.logging.warning)
     tf.logging.info('done; TensorBoard: tensorboard --logdir %s', opts.model_dir)
     return estimator
+
+
+def peer_watch(opts, plan):
+    """The peers.Watch of a task of a cluster job (None for a single process and an
+    evaluator): it ends the task when a task it cannot go on without is lost."""
+    if plan.task is None or plan.evaluates or plan.distribution not in ('ps', 'collective'):
+        return None
+    watched = peers.peers_to_watch(plan.task.cluster, plan.task.name, plan.distribution)
+    tf.logging.info('%s watches %s (a task that does not answer for --peer_timeout=%s ends '
+                    'this one with exit status %d, retryable)', plan.task.name,
+                    ', '.join(sorted(watched)) or 'no other task',
+                    '%d s' % opts.peer_timeout if opts.peer_timeout else '0 (no bound)',
+                    peers.PEER_LOST_STATUS)
+    return peers.Watch(watched, opts.peer_timeout, plan.distribution == 'collective',
+                       log=tf.logging.warning,
+                       lost=functools.partial(peers.exit_lost, PROGRAM),
+                       activity='serving the variables' if plan.task.type == 'ps' else None)
+
+
+def serve_ps(estimator, plan, watch):
+    """A ps task: TensorFlow's server (as train_and_evaluate starts it) until the chief and
+    the workers are done (ps_server.serve)."""
+    # Nothing of a ps task is saved: a signal ends it at once (the default action).
+    for signum in preemption.SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    config = estimator.config
+    server = tf.distribute.Server(
+        config.cluster_spec, job_name=config.task_type, task_index=config.task_id,
+        config=tf.ConfigProto(gpu_options=config.session_config.gpu_options),
+        protocol=config.protocol)
+    ps_server.serve(server, plan.task.cluster, plan.task.index, watch, tf.logging.info)
 
 
 def train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks, stop_hook,
               stop):
     """The training of the mode: to --max_iter, or in train_and_eval mode in pieces of
     --test_interval steps with an evaluation after each, until stop() (a signal)."""
-    if not plan.trains and not plan.evaluates:
-        # A ps task serves in C++ until it is killed: the signals' default action.
-        for signum in preemption.SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
     if plan.distribution in ('ps', 'collective'):
-        # Runs a ps task's server until the launcher stops it; trains on the others.
         tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
             training_input_fn(opts, files, record_shard),
             max_steps=training_steps(opts), hooks=run_hooks),

@@ -1,0 +1,181 @@
+"""A hand-started train.py job on 127.0.0.1 under supervisors, for the lost-task tests and
+their measurement: every task is `python tests/gated_train.py <flags> --worker_id=k`
+(or `--ps_id=k`) with --worker_hosts/--ps_hosts, each under a Supervisor that reruns it
+with the same command when it exits with a retryable status (128-255: what Kubernetes'
+ExitCode policy and Slurm's --requeue restart), as long as restarts are allowed.
+
+Every line a task writes is kept with its time (monotonic), so a test can wait for an event
+(a task held at its gate, an exit) and measure from the fault to each exit, the lines
+written while waiting, and the statuses.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from helpers import ENV, ROOT, cluster_run_flags
+from mlimages.cli import ports
+
+GATED = os.path.join(ROOT, 'tests', 'gated_train.py')
+RETRYABLE = range(128, 256)
+
+
+def exit_status(returncode):
+    """A shell's view of a Popen returncode: 128 + signal for a task killed by one."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Supervisor(object):
+    """Runs `args` and, while `restart` is true and the exit is retryable, runs it again
+    (at most `limit` times). exits: [(monotonic time, status)]; lines: [(time, incarnation,
+    text)]."""
+
+    def __init__(self, name, args, env, restart=True, limit=6):
+        self.name, self.args, self.env = name, args, env
+        self.restart, self.limit = restart, limit
+        self.exits, self.lines, self.incarnation = [], [], 0
+        self.process = None
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._supervise, daemon=True)
+        self._thread.start()
+
+    def _supervise(self):
+        while True:
+            with self._changed:
+                self.incarnation += 1
+                self.process = subprocess.Popen(
+                    [sys.executable, GATED] + self.args, cwd=ROOT, env=self.env,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                self._changed.notify_all()
+            for line in self.process.stderr:
+                with self._changed:
+                    self.lines.append((time.monotonic(), self.incarnation, line.rstrip('\n')))
+                    self._changed.notify_all()
+            status = exit_status(self.process.wait())
+            with self._changed:
+                self.exits.append((time.monotonic(), status))
+                self._changed.notify_all()
+                if not (self.restart and status in RETRYABLE and len(self.exits) <= self.limit):
+                    return
+
+    def wait_for(self, predicate, timeout):
+        """Blocks until predicate(self) is true (re-checked on every line and exit);
+        returns its value, or None when `timeout` s pass first (a bound of the test, not a
+        measurement: every event waited for comes from work left by construction)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                value = predicate(self)
+                if value or time.monotonic() > deadline:
+                    return value
+                self._changed.wait(min(5.0, max(0.01, deadline - time.monotonic())))
+
+    def line_matching(self, pattern, incarnation=None):
+        for t, k, text in self.lines:
+            if (incarnation is None or k == incarnation) and re.search(pattern, text):
+                return t, text
+        return None
+
+    def done(self):
+        return not self._thread.is_alive()
+
+    def join(self, timeout):
+        self._thread.join(timeout)
+        return self.done()
+
+    def kill(self):
+        self.restart = False
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+
+
+class Job(object):
+    """A chief and `workers - 1` workers (and `ps` parameter servers) of one model_dir, all
+    held before their local step `hold` until release(). extra: more train.py flags."""
+
+    def __init__(self, data, model_dir, gate_dir, max_iter, workers=2, ps=0, hold=7,
+                 restart=True, extra=()):
+        addresses = ['127.0.0.1:%d' % p for p in ports.free_ports(workers + ps)]
+        self.gate = os.path.join(gate_dir, 'gate')
+        env = dict(ENV, TRAIN_TEST_GATE='%d:%s' % (hold, self.gate))
+        base = cluster_run_flags(data, model_dir, max_iter) + [
+            '--worker_num=%d' % workers, '--worker_hosts=' + ','.join(addresses[:workers])
+        ] + list(extra)
+        if ps:
+            base += ['--ps_hosts=' + ','.join(addresses[workers:]), '--distribution=ps']
+        self.addresses = addresses
+        self.tasks = {}
+        for k in range(ps):
+            self.tasks['ps:%d' % k] = Supervisor('ps:%d' % k, base + ['--ps_id=%d' % k],
+                                                 env, restart)
+        for k in range(workers):
+            name = 'chief:0' if k == 0 else 'worker:%d' % (k - 1)
+            self.tasks[name] = Supervisor(name, base + ['--worker_id=%d' % k], env, restart)
+
+    def release(self):
+        open(self.gate, 'w').close()
+
+    def kill_all(self):
+        for task in self.tasks.values():
+            task.kill()
+
+    def text(self, last=30):
+        return '\n'.join('[%s#%d] %s' % (name, k, line) for name, task in self.tasks.items()
+                         for _, k, line in task.lines[-last:])
+
+
+def held(task):
+    return task.line_matching(r'test gate: holding before local step')
+
+
+class Case(object):
+    """One lost-task case run to its end: a job of `mode` (collective: chief + 1 worker;
+    ps: chief + 1 worker + 1 ps), `fault` (SIGKILL or SIGSTOP) sent to `target` once every
+    training task is held at its gate, then the gates opened. restart: the supervisors
+    rerun retryable exits; a SIGSTOPped target is SIGKILLed (as a liveness probe would)
+    once another task has exited, and so restarted too. Afterwards: exits[name] =
+    [(seconds after the fault, status)], waiting_lines[name] = lines a task wrote after the
+    fault up to its first exit, checkpoints = the global steps saved, lines = every line."""
+
+    def __init__(self, data, root, mode, fault, target, restart, max_iter, peer_timeout=20,
+                 bound=600):
+        model_dir = os.path.join(root, 'model')
+        self.max_iter, self.model_dir = max_iter, model_dir
+        job = Job(data, model_dir, root, max_iter, ps=1 if mode == 'ps' else 0,
+                  hold=7 if mode == 'collective' else 3, restart=restart,
+                  extra=['--peer_timeout=%d' % peer_timeout])
+        victim = job.tasks[target]
+        try:
+            trainers = [t for n, t in job.tasks.items() if not n.startswith('ps')]
+            assert all(t.wait_for(held, bound) for t in trainers), job.text()
+            others = [t for t in job.tasks.values() if t is not victim]
+            pid = victim.process.pid
+            os.kill(pid, signal.SIGKILL if fault == 'kill' else signal.SIGSTOP)
+            start = time.monotonic()
+            job.release()
+            if fault == 'stop' and restart:
+                any_exit = lambda _: any(t.exits for t in others)
+                assert victim.wait_for(any_exit, bound), job.text()
+                os.kill(pid, signal.SIGKILL)  # a liveness probe's kill: restarted
+            for task in others:
+                assert task.join(bound), job.text()
+            if fault == 'stop' and not restart:
+                victim.kill()  # it never ends by itself: stopped
+            assert victim.join(bound), job.text()
+        finally:
+            job.kill_all()
+        self.exits = {n: [(t - start, s) for t, s in task.exits]
+                      for n, task in job.tasks.items()}
+        self.waiting_lines = {
+            n: len([1 for t, k, _ in task.lines
+                    if t > start and (not task.exits or t <= task.exits[0][0])])
+            for n, task in job.tasks.items()}
+        self.errors = {n: [line for _, _, line in task.lines if line.startswith('train.py:')]
+                       for n, task in job.tasks.items()}
+        self.checkpoints = sorted(
+            int(m.group(1)) for m in (re.match(r'model\.ckpt-(\d+)\.index$', f)
+                                      for f in os.listdir(model_dir)) if m)
+        self.text = job.text()

@@ -1,0 +1,196 @@
+"""peers.py: the gRPC probe and the held connection against a real TensorFlow server in a
+child process (running, SIGSTOPped, killed), and the Watch's rule on a scripted clock and
+probe (every case of the module docstring's rule, no real waiting)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import ENV, ROOT
+from mlimages.cli import ports
+from mlimages.distributed import peers
+
+SERVER = '''
+import sys
+import tensorflow.compat.v1 as tf
+server = tf.distribute.Server({"worker": ["127.0.0.1:%s" % sys.argv[1]]}, job_name="worker",
+                              task_index=0, start=True)
+print("up", flush=True)
+server.join()
+'''
+
+
+@pytest.fixture
+def server():
+    """A real gRPC server of TensorFlow in a child process: (process, address)."""
+    port = ports.free_ports(1)[0]
+    child = subprocess.Popen([sys.executable, '-c', SERVER, str(port)], cwd=ROOT, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert child.stdout.readline().strip() == 'up'
+    yield child, '127.0.0.1:%d' % port
+    child.kill()
+    child.wait()
+
+
+def stopped(pid):
+    """Waits until the kernel shows the process stopped (the signal is asynchronous)."""
+    while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'T':
+        time.sleep(0.01)
+
+
+def test_the_probe_tells_a_live_a_stopped_and_a_gone_server_apart(server):
+    child, address = server
+    assert peers.answer(address) == peers.ANSWERS
+    child.send_signal(signal.SIGSTOP)
+    stopped(child.pid)
+    # The kernel completes the TCP handshake of a stopped process; only gRPC answers.
+    assert peers.answer(address, timeout=1.0) == peers.SILENT
+    child.send_signal(signal.SIGCONT)
+    assert peers.answer(address) == peers.ANSWERS
+    child.kill()
+    child.wait()
+    assert peers.answer(address) == peers.REFUSED
+
+
+def test_a_held_connection_closes_when_the_peer_process_ends(server):
+    child, address = server
+    link = peers.Link(address)
+    assert link.open() == peers.ANSWERS
+    link.socket.settimeout(None)
+    child.kill()
+    child.wait()
+    while link.read():  # frames the server sent before; then the close
+        pass
+    link.close()
+
+
+class Script(object):
+    """A clock that only moves when told and a probe that answers what it is told."""
+
+    def __init__(self):
+        self.now, self.states, self.probed, self.logged, self.ended = 0.0, {}, [], [], []
+
+    def clock(self):
+        return self.now
+
+    def probe(self, address):
+        self.probed.append(address)
+        return self.states.get(address, peers.ANSWERS)
+
+    def watch(self, timeout=300, synchronous=True):
+        return peers.Watch({'worker:0': 'h:1', 'chief:0': 'h:0'}, timeout, synchronous,
+                           self.logged.append, self.ended.append, probe=self.probe,
+                           clock=self.clock)
+
+
+def test_between_steps_and_in_a_short_step_nothing_is_probed():
+    s = Script()
+    watch = s.watch()
+    assert watch.check() is None  # not waiting
+    watch.waiting()
+    s.now += peers.TICK_SECONDS / 2
+    assert watch.check() is None and s.probed == []
+    watch.stepped(4)
+    s.now += 1000
+    assert watch.check() is None and s.probed == [] and s.ended == []
+
+
+def test_a_silent_peer_ends_the_task_after_the_timeout_with_a_few_lines_meanwhile():
+    s = Script()
+    watch = s.watch(timeout=300)
+    watch.waiting()
+    watch.stepped(6)
+    watch.waiting()
+    s.states['h:1'] = peers.SILENT
+    for _ in range(int(299 / peers.TICK_SECONDS)):
+        s.now += peers.TICK_SECONDS
+        assert watch.check() is None
+    assert s.ended == []
+    # At most one line a minute while it waits, each naming the peer and the bound.
+    assert 4 <= len(s.logged) <= 6, s.logged
+    assert all('worker:0 at h:1 does not answer' in l and '--peer_timeout=300' in l
+               for l in s.logged), s.logged
+    s.now += 2 * peers.TICK_SECONDS
+    line = watch.check()
+    assert s.ended == [line]
+    assert line.startswith('worker:0 at h:1 stopped answering (no answer for 30')
+    assert 'after global step 6; exiting with status 200 (retryable)' in line
+
+
+def test_an_answer_resets_the_count_and_a_timeout_of_0_never_ends_on_silence():
+    s = Script()
+    watch = s.watch(timeout=60)
+    watch.waiting()
+    s.states['h:1'] = peers.SILENT
+    s.now += 50
+    watch.check()
+    s.states['h:1'] = peers.ANSWERS
+    s.now += 5
+    watch.check()
+    s.states['h:1'] = peers.SILENT
+    s.now += 50
+    assert watch.check() is None and s.ended == []  # 50 s since the answer, not 105
+    forever = s.watch(timeout=0)
+    forever.waiting()
+    s.now += 10 ** 6
+    assert forever.check() is None and s.ended == []
+
+
+def test_a_peer_that_never_came_up_ends_the_task_before_the_first_step():
+    s = Script()
+    watch = s.watch(timeout=100)
+    watch.waiting()
+    s.states['h:0'] = peers.REFUSED
+    s.now += peers.TICK_SECONDS
+    watch.check()
+    s.now += 100
+    line = watch.check()
+    assert line.startswith('chief:0 at h:0 refused connections for 100 s (gone, or never '
+                           'started) before the first step'), line
+
+
+def test_a_collective_peer_whose_connection_closed_ends_the_task_once_it_waits():
+    s = Script()
+    watch = s.watch()
+    watch.gone('worker:0')
+    assert watch.check() is None  # between steps: its own work first
+    watch.waiting()
+    line = watch.check()  # at once, not after a tick or a timeout
+    assert s.ended == [line] and s.probed == []
+    assert line.startswith('worker:0 at h:1 ended (its connection closed: killed or '
+                           'restarted; a synchronous job cannot go on without it) before '
+                           'the first step; exiting with status 200 (retryable)'), line
+
+
+def test_a_long_step_with_every_peer_answering_is_reported_not_ended():
+    s = Script()
+    watch = s.watch(timeout=60)
+    for step in range(5):
+        watch.waiting()
+        s.now += 0.5
+        watch.stepped(step)
+    watch.waiting()
+    for _ in range(100):
+        s.now += peers.TICK_SECONDS
+        watch.check()
+    assert s.ended == []
+    assert s.logged and all('every task of the job answers' in l and
+                            '(the median step: 0.50 s)' in l for l in s.logged), s.logged
+    assert len(s.logged) <= 500 / 60 + 1
+
+
+@pytest.mark.parametrize('me,distribution,watched', [
+    ('chief:0', 'collective', ['worker:0', 'worker:1']),
+    ('worker:1', 'collective', ['chief:0', 'worker:0']),
+    ('chief:0', 'ps', ['ps:0', 'ps:1']),
+    ('worker:0', 'ps', ['chief:0', 'ps:0', 'ps:1']),
+    ('ps:1', 'ps', ['chief:0']),
+])
+def test_each_task_watches_the_tasks_it_cannot_go_on_without(me, distribution, watched):
+    cluster = {'chief': ['c:0'], 'worker': ['w:0', 'w:1']}
+    if distribution == 'ps':
+        cluster['ps'] = ['p:0', 'p:1']
+    assert sorted(peers.peers_to_watch(cluster, me, distribution)) == watched

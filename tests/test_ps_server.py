@@ -1,0 +1,84 @@
+"""ps_server.py: a real ps server in this process takes the training tasks' reports
+through its queue and ends once the chief has reported and every other worker has
+reported or no longer answers."""
+import threading
+
+import pytest
+import tensorflow.compat.v1 as tf
+
+from mlimages.cli import ports
+from mlimages.distributed import ps_server
+import train  # noqa: F401 (graph mode, as train.py runs)
+
+
+class Chief(object):
+    """A stand-in for the watch of the chief: records what serve() tells it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self):
+        self.calls.append('start')
+
+    def waiting(self):
+        self.calls.append('waiting')
+
+    def stop(self):
+        self.calls.append('stop')
+
+
+def serve_in_thread(cluster):
+    server = tf.distribute.Server(tf.train.ClusterSpec({'ps': cluster['ps']}), job_name='ps',
+                                  task_index=0)
+    lines, watch = [], Chief()
+    thread = threading.Thread(target=ps_server.serve,
+                              args=(server, cluster, 0, watch, lines.append), daemon=True)
+    thread.start()
+    return thread, lines, watch
+
+
+def cluster_of(worker_address):
+    chief, ps = ports.free_ports(2)
+    return {'chief': ['127.0.0.1:%d' % chief], 'worker': [worker_address],
+            'ps': ['127.0.0.1:%d' % ps]}
+
+
+def test_the_ps_ends_when_the_chief_and_the_worker_have_reported():
+    worker = '127.0.0.1:%d' % ports.free_ports(1)[0]
+    cluster = cluster_of(worker)
+    thread, lines, watch = serve_in_thread(cluster)
+    ps_server.report_done(cluster, 1, lines.append)  # the worker first: not yet the end
+    thread.join(2 * ps_server.TAKE_SECONDS)
+    assert thread.is_alive() and not lines
+    ps_server.report_done(cluster, 0, lines.append)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert lines == ['ps:0: the chief has finished; every worker reported done; exiting']
+    assert watch.calls == ['start', 'waiting', 'stop']  # the chief's exit is no loss
+
+
+def test_a_worker_that_is_gone_does_not_hold_the_ps():
+    # Nothing listens at the worker's address: it refuses, as a killed worker does.
+    cluster = cluster_of('127.0.0.1:%d' % ports.free_ports(1)[0])
+    thread, lines, _ = serve_in_thread(cluster)
+    ps_server.report_done(cluster, 0, lines.append)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert lines == ['ps:0: the chief has finished; not waiting for worker:0 (gone or not '
+                     'answering); exiting']
+
+
+def test_a_report_to_a_ps_that_is_gone_is_skipped():
+    cluster = cluster_of('127.0.0.1:1')
+    lines = []
+    ps_server.report_done(cluster, 0, lines.append)  # no ps listens: nothing to tell
+    assert lines == []
+
+
+@pytest.mark.parametrize('cluster,expected', [
+    ({'chief': ['c'], 'worker': ['w0', 'w1']}, {0: ('chief:0', 'c'), 1: ('worker:0', 'w0'),
+                                                2: ('worker:1', 'w1')}),
+    ({'chief': ['c']}, {0: ('chief:0', 'c')}),
+])
+def test_worker_ids_follow_the_clusters_order(cluster, expected):
+    assert ps_server.workers(cluster) == expected
