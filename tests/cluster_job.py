@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from helpers import ENV, ROOT, cluster_run_flags
 from mlimages.cli import ports
 
@@ -140,7 +142,7 @@ class Case(object):
     [(seconds after the fault, status)], waiting_lines[name] = lines a task wrote after the
     fault up to its first exit, checkpoints = the global steps saved, lines = every line."""
 
-    def __init__(self, data, root, mode, fault, target, restart, max_iter, peer_timeout=20,
+    def __init__(self, data, root, mode, fault, target, restart, max_iter, peer_timeout=10,
                  bound=600):
         model_dir = os.path.join(root, 'model')
         self.max_iter, self.model_dir = max_iter, model_dir
@@ -179,3 +181,44 @@ class Case(object):
             int(m.group(1)) for m in (re.match(r'model\.ckpt-(\d+)\.index$', f)
                                       for f in os.listdir(model_dir)) if m)
         self.text = job.text()
+
+
+def matrix(mode, cases):
+    """The fault x target x restart cases of `mode`; those not in `cases` (the ones the
+    suite runs) are marked `matrix` (pytest -m matrix runs all)."""
+    params = []
+    for fault in ('kill', 'stop'):
+        for target in ('worker:0', 'chief:0') + (('ps:0',) if mode == 'ps' else ()):
+            for restart in (False, True):
+                marks = [] if (fault, target, restart) in cases else [pytest.mark.matrix]
+                params.append(pytest.param(fault, target, restart, marks=marks,
+                                           id='%s-%s-%s' % (fault, target, 'restarted'
+                                                            if restart else 'not-restarted')))
+    return params
+
+
+def check_case(case, target, restart, lost_names):
+    """What every case must show: within the bound every task ended; with restarts the
+    job ended at --max_iter, every task's last exit 0; without, each task that lost
+    `target` ended with its one line and status 200; never a flood of lines."""
+    victim = case.exits[target]
+    assert victim and victim[0][1] == 137, case.text  # SIGKILL (a stopped one is killed)
+    for name, exits in case.exits.items():
+        assert exits, (name, case.text)
+        assert case.waiting_lines[name] <= 30, (name, case.waiting_lines, case.text)
+        assert 'Traceback' not in ' '.join(case.errors[name]), case.text
+    for name in lost_names:
+        first = [s for _, s in case.exits[name]][0]
+        assert first == 200, (name, case.exits, case.text)
+        line = case.errors[name][0]
+        assert line.startswith('train.py: error: %s at 127.0.0.1:' % target) and \
+            line.endswith('exiting with status 200 (retryable): rerun every task of the job '
+                          'with the same command (supervisors restart this status) to resume '
+                          'from the last checkpoint'), line
+    if restart:
+        assert all(exits[-1][1] == 0 for exits in case.exits.values()), (case.exits, case.text)
+        assert case.checkpoints[-1] in case.final_steps, (case.checkpoints, case.text)
+    else:
+        for name, exits in case.exits.items():
+            if name != target:
+                assert [s for _, s in exits] in ([0], [200]), (name, case.exits, case.text)

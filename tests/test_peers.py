@@ -3,12 +3,15 @@ child process (running, SIGSTOPped, killed), and the Watch's rule on a scripted 
 probe (every case of the module docstring's rule, no real waiting)."""
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
+import cluster_job
 from helpers import ENV, ROOT
 from mlimages.cli import ports
 from mlimages.distributed import peers
@@ -65,6 +68,37 @@ def test_a_held_connection_closes_when_the_peer_process_ends(server):
     while link.read():  # frames the server sent before; then the close
         pass
     link.close()
+
+
+def frame(kind, flags=0, payload=b''):
+    return len(payload).to_bytes(3, 'big') + bytes([kind, flags]) + bytes(4) + payload
+
+
+@pytest.mark.parametrize('goaway,gone', [(False, True), (True, False)])
+def test_a_closed_connection_is_a_peer_gone_unless_the_server_dismissed_it(goaway, gone):
+    """A stand-in gRPC server (SETTINGS, then a close): a process that ends closes without
+    a word, a live server that drops a connection sends GOAWAY first."""
+    listener = socket.create_server(('127.0.0.1', 0))
+    closing = threading.Event()
+
+    def serve():
+        connection, _ = listener.accept()
+        connection.recv(len(peers.PREFACE))
+        connection.sendall(frame(peers.Link.SETTINGS))
+        closing.wait()
+        if goaway:
+            connection.sendall(frame(peers.Link.GOAWAY, payload=bytes(8)))
+        connection.close()
+    threading.Thread(target=serve, daemon=True).start()
+    address = '127.0.0.1:%d' % listener.getsockname()[1]
+    watch = peers.Watch({'worker:0': address}, 300, True, print, print)
+    watch._hold_links()
+    assert 'worker:0' in watch._links
+    closing.set()
+    while 'worker:0' in watch._links:
+        watch._read_links(1.0)
+    listener.close()
+    assert ('worker:0' in watch._gone) == gone
 
 
 class Script(object):
@@ -194,3 +228,24 @@ def test_each_task_watches_the_tasks_it_cannot_go_on_without(me, distribution, w
     if distribution == 'ps':
         cluster['ps'] = ['p:0', 'p:1']
     assert sorted(peers.peers_to_watch(cluster, me, distribution)) == watched
+
+
+# ------------------------------------------------------------ whole jobs, real processes
+
+@pytest.mark.slow
+@pytest.mark.parametrize('fault,target,restart', cluster_job.matrix('collective', {
+    ('kill', 'worker:0', True), ('kill', 'chief:0', False), ('stop', 'worker:0', False),
+    ('stop', 'chief:0', True)}))
+def test_a_collective_job_ends_every_task_when_one_is_lost_and_its_rerun_ends_at_max_iter(
+        dataset, tmp_path, fault, target, restart):
+    """Two tasks held before their 7th step, then the target SIGKILLed or SIGSTOPped: the
+    other task ends with status 200 naming it (at once for a killed one: its connection
+    closed; after --peer_timeout=10 for a stopped one); rerun, the job ends at exactly
+    --max_iter."""
+    case = cluster_job.Case(dataset, str(tmp_path), 'collective', fault, target, restart,
+                            max_iter=12)
+    case.final_steps = (12,)
+    other = 'worker:0' if target == 'chief:0' else 'chief:0'
+    cluster_job.check_case(case, target, restart, [other])
+    how = 'ended (its connection closed' if fault == 'kill' else 'stopped answering'
+    assert how in case.errors[other][0], case.errors

@@ -6,6 +6,7 @@ import threading
 import pytest
 import tensorflow.compat.v1 as tf
 
+import cluster_job
 from mlimages.cli import ports
 from mlimages.distributed import ps_server
 import train  # noqa: F401 (graph mode, as train.py runs)
@@ -82,3 +83,29 @@ def test_a_report_to_a_ps_that_is_gone_is_skipped():
 ])
 def test_worker_ids_follow_the_clusters_order(cluster, expected):
     assert ps_server.workers(cluster) == expected
+
+
+# ------------------------------------------------------------ whole jobs, real processes
+
+# What the other tasks do when `target` is lost and not restarted: the tasks that end with
+# status 200 naming it (the rest finish with 0).
+LOST_BY = {'worker:0': [], 'chief:0': ['ps:0'], 'ps:0': ['chief:0', 'worker:0']}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('fault,target,restart', cluster_job.matrix('ps', {
+    ('kill', 'worker:0', False), ('kill', 'ps:0', True), ('stop', 'chief:0', False),
+    ('stop', 'ps:0', True)}))
+def test_a_ps_job_ends_every_task_when_one_is_lost_and_its_rerun_ends_at_max_iter(
+        dataset, tmp_path, fault, target, restart):
+    """Chief, worker and ps, the two training tasks held before their 3rd step, then the
+    target SIGKILLed or SIGSTOPped. A lost worker holds nobody; a lost chief ends the ps
+    (200) while the worker finishes; a lost ps ends the chief and the worker (200) after
+    --peer_timeout=10; restarted, every task's last exit is 0 and the job ends at
+    --max_iter (asynchronous: at most one step past it with two workers); the ps tasks
+    exit by themselves."""
+    case = cluster_job.Case(dataset, str(tmp_path), 'ps', fault, target, restart,
+                            max_iter=30)
+    case.final_steps = (30, 31)
+    lost = [] if restart and fault == 'kill' else LOST_BY[target]
+    cluster_job.check_case(case, target, restart, lost)

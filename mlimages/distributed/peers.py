@@ -66,13 +66,16 @@ class Link(object):
     is seen at once (`closed`). It answers the server's SETTINGS and PINGs, as a client
     must, so the server keeps it."""
 
-    SETTINGS, PING, ACK = 4, 6, 1
+    SETTINGS, PING, GOAWAY, ACK = 4, 6, 7, 1
 
     def __init__(self, address):
         host, port = address.rsplit(':', 1)
         self._where = (host.strip('[]'), int(port))
         self.socket = None
         self._buffer = b''
+        # The server said it closes this connection (GOAWAY): its process lives on. A
+        # process that ends closes without one.
+        self.dismissed = False
 
     def open(self, timeout=PROBE_SECONDS):
         """Connects and waits for the server's first frame: ANSWERS, REFUSED or SILENT."""
@@ -113,6 +116,8 @@ class Link(object):
                 self._send(self.SETTINGS, self.ACK, b'')
             elif kind == self.PING and not flags & self.ACK:
                 self._send(self.PING, self.ACK, payload)
+            elif kind == self.GOAWAY:
+                self.dismissed = True
         return True
 
     def _send(self, kind, flags, payload):
@@ -141,11 +146,12 @@ def peers_to_watch(cluster, me, distribution):
     return found
 
 
-def lost_line(name, address, state, step, waited):
+def lost_line(name, address, state, step, waited, activity=None):
     """The one line of a task that ends because `name` was lost: its process ended (state
     'ended': the connection this task held closed), or it refused or did not answer
     (REFUSED, SILENT) for `waited` s."""
-    after = 'after global step %s' % step if step is not None else 'before the first step'
+    after = ('while ' + activity if activity else 'after global step %s' % step
+             if step is not None else 'before the first step')
     how = {'ended': 'ended (its connection closed: killed or restarted; a synchronous job '
                     'cannot go on without it)',
            REFUSED: 'refused connections for %.0f s (gone, or never started)' % waited,
@@ -256,9 +262,11 @@ class Watch(object):
             except socket.timeout:
                 alive = True
             if not alive:
-                self._links.pop(name).close()
-                with self._lock:
-                    self._gone.setdefault(name, self._clock())
+                link = self._links.pop(name)
+                link.close()
+                if not link.dismissed:  # else held anew on the next round
+                    with self._lock:
+                        self._gone.setdefault(name, self._clock())
 
     def gone(self, name):
         """Marks a peer's process as ended (what a closed held connection says)."""
@@ -274,7 +282,8 @@ class Watch(object):
             return None
         now = self._clock()
         for name in sorted(gone):
-            line = lost_line(name, self.peers[name], 'ended', step, now - gone[name])
+            line = lost_line(name, self.peers[name], 'ended', step, now - gone[name],
+                             self._activity)
             self._lost(line)
             return line
         if now - since < TICK_SECONDS:
@@ -291,7 +300,8 @@ class Watch(object):
             failing = dict(self._failing)
         for name, (first, state) in sorted(failing.items()):
             if self.timeout and now - first >= self.timeout:
-                line = lost_line(name, self.peers[name], state, step, now - first)
+                line = lost_line(name, self.peers[name], state, step, now - first,
+                                 self._activity)
                 self._lost(line)
                 return line
         self._report(now, now - since, failing, step)
