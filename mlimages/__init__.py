@@ -4,7 +4,7 @@ layers first; a module imports only from its own layer or below, tests/test_layo
     errors.py     every exception type and the exit statuses they mean
     config/       value checks, the run's flags.txt, start-up before TensorFlow
     data/         record format, input pipeline, semantic hierarchy
-    distributed/  cluster sources, TF_CONFIG roles and strategies, devices
+    distributed/  cluster sources, TF_CONFIG roles and strategies, devices, lost peers
     model/        loss, learning-rate schedules, metrics, precision
     run/          model_fn, the Estimator run, checkpoints, hooks, preemption
     inference/    serving graph and export, inference inputs and outputs
