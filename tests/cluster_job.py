@@ -171,9 +171,11 @@ class Case(object):
             job.kill_all()
         self.exits = {n: [(t - start, s) for t, s in task.exits]
                       for n, task in job.tasks.items()}
+        # Not counting the interval lines of a task that trains on (ps mode).
         self.waiting_lines = {
-            n: len([1 for t, k, _ in task.lines
-                    if t > start and (not task.exits or t <= task.exits[0][0])])
+            n: len([1 for t, k, line in task.lines
+                    if t > start and (not task.exits or t <= task.exits[0][0])
+                    and not re.search(r'\bstep \d+: ', line)])
             for n, task in job.tasks.items()}
         self.errors = {n: [line for _, _, line in task.lines if line.startswith('train.py:')]
                        for n, task in job.tasks.items()}

@@ -284,6 +284,8 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
             return 1
         died = [t for t in tasks if t.poll() is not None and t.returncode != 0]
         for task in died:
+            if task.poll() is None:  # restarted already, with the others of its job
+                continue
             task.flush()
             killed = task.returncode < 0 or task.returncode in RETRYABLE
             if not (killed and task.restarts < restarts):
