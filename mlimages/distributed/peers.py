@@ -265,8 +265,7 @@ class Watch(object):
                 link = self._links.pop(name)
                 link.close()
                 if not link.dismissed:  # else held anew on the next round
-                    with self._lock:
-                        self._gone.setdefault(name, self._clock())
+                    self.gone(name)
 
     def gone(self, name):
         """Marks a peer's process as ended (what a closed held connection says)."""
