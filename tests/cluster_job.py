@@ -8,17 +8,20 @@ Every line a task writes is kept with its time (monotonic), so a test can wait f
 (a task held at its gate, an exit) and measure from the fault to each exit, the lines
 written while waiting, and the statuses.
 """
+import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 import pytest
 
-from helpers import ENV, ROOT, cluster_run_flags
+from helpers import ENV, ROOT, cluster_run_flags, write_dataset
 from mlimages.cli import ports
 
 GATED = os.path.join(ROOT, 'tests', 'gated_train.py')
@@ -129,6 +132,12 @@ class Job(object):
                          for _, k, line in task.lines[-last:])
 
 
+def saved_steps(model_dir):
+    """The global steps of the checkpoints in model_dir, sorted."""
+    return sorted(int(m.group(1)) for m in (re.match(r'model\.ckpt-(\d+)\.index$', f)
+                                            for f in os.listdir(model_dir)) if m)
+
+
 def held(task):
     return task.line_matching(r'test gate: holding before local step')
 
@@ -148,7 +157,7 @@ class Case(object):
         self.max_iter, self.model_dir = max_iter, model_dir
         job = Job(data, model_dir, root, max_iter, ps=1 if mode == 'ps' else 0,
                   hold=7 if mode == 'collective' else 3, restart=restart,
-                  extra=['--peer_timeout=%d' % peer_timeout])
+                  extra=[] if peer_timeout is None else ['--peer_timeout=%d' % peer_timeout])
         victim = job.tasks[target]
         try:
             trainers = [t for n, t in job.tasks.items() if not n.startswith('ps')]
@@ -158,15 +167,21 @@ class Case(object):
             os.kill(pid, signal.SIGKILL if fault == 'kill' else signal.SIGSTOP)
             start = time.monotonic()
             job.release()
+            self.saved_at_fault = saved_steps(model_dir)
+            self.step_at_fault = max([int(m.group(1)) for t in job.tasks.values()
+                                      for _, _, line in t.lines
+                                      for m in [re.search(r'\bstep (\d+): ', line)] if m] or [0])
             if fault == 'stop' and restart:
                 any_exit = lambda _: any(t.exits for t in others)
-                assert victim.wait_for(any_exit, bound), job.text()
-                os.kill(pid, signal.SIGKILL)  # a liveness probe's kill: restarted
-            for task in others:
-                assert task.join(bound), job.text()
+                if victim.wait_for(any_exit, bound):
+                    os.kill(pid, signal.SIGKILL)  # a liveness probe's kill: restarted
+            deadline = start + bound
+            for task in others:  # a task still running at the bound has no exit (asserted)
+                task.join(max(0.0, deadline - time.monotonic()))
             if fault == 'stop' and not restart:
                 victim.kill()  # it never ends by itself: stopped
-            assert victim.join(bound), job.text()
+            victim.join(max(1.0, deadline - time.monotonic()))
+            self.seconds = time.monotonic() - start
         finally:
             job.kill_all()
         self.exits = {n: [(t - start, s) for t, s in task.exits]
@@ -179,9 +194,7 @@ class Case(object):
             for n, task in job.tasks.items()}
         self.errors = {n: [line for _, _, line in task.lines if line.startswith('train.py:')]
                        for n, task in job.tasks.items()}
-        self.checkpoints = sorted(
-            int(m.group(1)) for m in (re.match(r'model\.ckpt-(\d+)\.index$', f)
-                                      for f in os.listdir(model_dir)) if m)
+        self.checkpoints = saved_steps(model_dir)
         self.text = job.text()
 
 
@@ -224,3 +237,50 @@ def check_case(case, target, restart, lost_names):
         for name, exits in case.exits.items():
             if name != target:
                 assert [s for _, s in exits] in ([0], [200]), (name, case.exits, case.text)
+
+
+def table_row(case, mode, fault, target, restart):
+    """One markdown row of the lost-task table: each task's exits (seconds after the fault,
+    status; '-' for a task still running at the bound), the lines each wrote while waiting,
+    the global step at the fault, the checkpoint then, and the last one."""
+    exits = '; '.join('%s %s' % (name, ', '.join('%.0f s: %d' % e for e in ex) or '-')
+                      for name, ex in sorted(case.exits.items()))
+    lines = ', '.join('%s %d' % kv for kv in sorted(case.waiting_lines.items()))
+    resumed = case.saved_at_fault[-1] if case.saved_at_fault else None
+    return '| %s | %s %s | %s | %s | %s | %s | %s | %s |' % (
+        mode, fault, target, 'yes' if restart else 'no', exits, lines, case.step_at_fault,
+        resumed, case.checkpoints[-1] if case.checkpoints else None)
+
+
+def main(argv):
+    """python tests/cluster_job.py [collective|ps] [--peer_timeout S|none] [--bound S]
+    [--case fault,target,restart ...]: runs the lost-task cases and prints the table."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument('modes', nargs='*', default=['collective', 'ps'])
+    parser.add_argument('--peer_timeout', default='10')
+    parser.add_argument('--bound', type=float, default=600)
+    parser.add_argument('--case', action='append', default=[],
+                        help='fault,target,restart e.g. kill,worker:0,1 (default: all)')
+    args = parser.parse_args(argv)
+    timeout = None if args.peer_timeout == 'none' else int(args.peer_timeout)
+    root = tempfile.mkdtemp(prefix='lost-tasks-')
+    data = write_dataset(os.path.join(root, 'ds'))
+    print('| mode | fault | restarted | exits (s after the fault: status) | lines while '
+          'waiting | step at fault | checkpoint at fault | last checkpoint |')
+    print('|---|---|---|---|---|---|---|---|')
+    for mode in args.modes:
+        for p in matrix(mode, set()):
+            fault, target, restart = p.values
+            key = '%s,%s,%d' % (fault, target, restart)
+            if args.case and key not in args.case:
+                continue
+            work = tempfile.mkdtemp(dir=root)
+            case = Case(data, work, mode, fault, target, restart,
+                        max_iter=12 if mode == 'collective' else 30, peer_timeout=timeout,
+                        bound=args.bound)
+            print(table_row(case, mode, fault, target, restart), flush=True)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
