@@ -16,6 +16,8 @@ flag or input (errors.UsageError, file_db.DataError), 143 / 130 stopped by SIGTE
 rerun the same command to resume, preemption.py), 200 a task of the cluster job was lost
 (peers.py: retryable, rerun every task to resume); each reported as one line.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), 'mlimages/config/interpreter.py'))
 import logging
 import os
 import sys
@@ -34,7 +36,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import file_db  # noqa: E402
 import flags as flags_lib  # noqa: E402
-from mlimages.config import run_settings  # noqa: E402
+from mlimages.config import interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
                              TrainingError, UsageError, stop_raises, stopped)
@@ -240,8 +242,8 @@ def run(extra_hooks=()):
         FLAGS(sys.argv)
     except absl_flags.Error as e:
         # absl would say "FATAL Flags parsing error" and exit 1; a usage error is 2 here.
-        sys.stderr.write('%s: error: %s (python %s --help lists every flag)\n'
-                         % (PROGRAM, e, PROGRAM))
+        sys.stderr.write('%s: error: %s (%s %s --help lists every flag)\n'
+                         % (PROGRAM, e, interpreter.python_command(), PROGRAM))
         sys.exit(2)
     tf.logging.set_verbosity(tf.logging.INFO)
     # absl's handler prints every line once; TensorFlow's own would print it a second time.

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mlimages.config import startup
+from mlimages.config import interpreter, startup
 from helpers import run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,5 +97,7 @@ def test_tools_check_the_installed_tensorflow_without_importing_it(monkeypatch, 
     with pytest.raises(SystemExit) as stop:
         startup.check_versions('predict.py')
     assert stop.value.code == 2
-    assert capsys.readouterr().err == ('predict.py: error: TensorFlow is not installed; '
-                                       'pip install -r requirements.txt (tensorflow==2.15.1)\n')
+    # The pip of the Python that runs it: the checkout's .venv/bin/pip for the README's set-up.
+    assert capsys.readouterr().err == ('predict.py: error: TensorFlow is not installed; %s '
+                                       'install -r requirements.txt (tensorflow==2.15.1)\n'
+                                       % interpreter.pip_command())

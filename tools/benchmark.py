@@ -36,6 +36,8 @@ convert_tfrecords.py --short_side) and the crop resolution the network sees (mli
 --bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
 (mlimages/bench/bookkeeping.py).
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import glob
 import os

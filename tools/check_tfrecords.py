@@ -29,6 +29,8 @@ records and warnings; --json prints everything on stdout. Progress goes to stder
 Exit status: 0 nothing bad (warnings allowed), 1 something bad, 2 bad usage, 143 / 130
 stopped by SIGTERM / Ctrl-C.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import collections
 import json

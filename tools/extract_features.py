@@ -20,6 +20,8 @@ left out of both files. Both files are written under
 temporary names and renamed when complete. The inference code is serving.py's; the model
 and image options are tools/predict.py's.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import sys
 
 import flags

@@ -24,6 +24,8 @@ MirroredStrategy graph's (a strategy's variables are resource variables with per
 copies, a fixed cost per replica); the table's last column is bytes(R) / (R x bytes(1)). GPU graphs are the same
 ops on other devices, so their size follows the same law.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import json
 import os

@@ -37,6 +37,8 @@ the launcher nobody would stop the ps tasks, and a chief whose ps is gone cannot
 anyway (a rerun resumes from the last checkpoint). Exit status 0 when the chief, every
 worker and the evaluator exited 0, 1 otherwise (2 on bad usage).
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import ctypes
 import ctypes.util

@@ -30,6 +30,8 @@ FILE`, JSON objects have `consistent_with`). The same rule applies to the softma
 probabilities of --single_label, which then no longer sum to 1. --format original keeps
 the original's text, which has no place for either: both are usage errors there.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import sys
 
 import flags

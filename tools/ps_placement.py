@@ -16,6 +16,8 @@ counters) placed on each /job:ps/task:k:
 The classifier head (logits/dense, class_num x features weights and their slot) is the
 largest variable by far; distribute.Plan.head_shards splits it over the ps tasks.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import collections
 import contextlib

@@ -27,6 +27,8 @@ is written; DIR is written under a temporary name and renamed when complete.
 
 Needs pyarrow (requirements-download.txt).
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import os
 import shutil
 import sys

@@ -33,7 +33,7 @@ from mlimages.run import preemption
 from mlimages.data import records
 import resnet
 from mlimages.run import run_dirs
-from mlimages.config import run_settings
+from mlimages.config import interpreter, run_settings
 from mlimages.errors import PeerLost, TrainingError, UsageError, op_error_text
 
 PROGRAM = 'train.py'  # the prefix of the line a second signal writes
@@ -267,8 +267,8 @@ def remember_settings(model_dir, settings):
             tf.logging.warning('resuming %s with other flags than its last run (before -> '
                                'now): %s', model_dir, ', '.join(changed))
     path = run_settings.save(model_dir, header, lines)
-    tf.logging.info('flags of this run in %s (rerun: python train.py --flagfile=%s)',
-                    path, path)
+    tf.logging.info('flags of this run in %s (rerun: %s train.py --flagfile=%s)',
+                    path, interpreter.python_command(), path)
 
 
 def train(opts, settings=None, extra_hooks=()):
