@@ -65,7 +65,8 @@ def choose_devices(opts):
                                              opts.tf_gpu_thread_mode)
     opts = opts._replace(inter_op_threads=opts.inter_op_threads or inter_op,
                          private_threads=opts.private_threads or private)
-    if devices.GPU_ENV in made or opts.tf_gpu_thread_mode != 'off':
+    # Without a GPU there is nothing to say (training's first lines count the GPUs seen).
+    if (devices.GPU_ENV in made and devices.gpu_count()) or opts.tf_gpu_thread_mode != 'off':
         tf.logging.info('devices: %s; inter-op threads %s, input private threads %s', ', '.join(
             '%s=%s' % item for item in sorted(made.items())),
             opts.inter_op_threads or 'default', opts.private_threads or 'shared')
@@ -113,7 +114,12 @@ def check_cpu_kernels(opts):
 
 def trained_settings(opts):
     """--mode=eval, predict and export: the network's settings (inference_settings) from
-    the flags.txt beside the checkpoint unless given on the command line, logged first."""
+    the flags.txt beside the checkpoint unless given on the command line, logged first
+    once the checkpoint is found (a missing one is the one line)."""
+    if opts.mode == 'eval':
+        training.evaluation_checkpoint(opts)
+    else:
+        inference_checkpoint(opts)
     opts, lines = inference_settings.for_options(
         opts, flags_lib.given(), opts.checkpoint_path or opts.model_dir,
         inference_settings.MODE_SETTINGS[opts.mode])
@@ -156,7 +162,8 @@ def predict(opts):
     if not processed:
         raise TrainingError('no image of --piclist=%s could be processed (%d skipped)'
                             % (opts.piclist, skipped))
-    tf.logging.info('%d images classified with %s, %d skipped', processed, predictor.source,
+    tf.logging.info('%d image%s classified with %s, %d skipped', processed,
+                    '' if processed == 1 else 's', predictor.source,
                     skipped)
 
 
@@ -233,6 +240,16 @@ def main(argv, extra_hooks=()):
         sys.exit(status)
 
 
+def flag_error_text(error):
+    """absl's message, its boolean parser's ValueError tuple ('Non-boolean argument to
+    boolean flag', 'maybe') said in words."""
+    cause = error.__context__
+    if isinstance(cause, ValueError) and len(cause.args) == 2 and 'boolean' in cause.args[0]:
+        return str(error).replace(str(cause), 'not a boolean: give true or false (or '
+                                  '--name / --noname)')
+    return str(error)
+
+
 def run(extra_hooks=()):
     """The command line: parses sys.argv and runs main (extra_hooks: see main)."""
     import functools
@@ -243,7 +260,7 @@ def run(extra_hooks=()):
     except absl_flags.Error as e:
         # absl would say "FATAL Flags parsing error" and exit 1; a usage error is 2 here.
         sys.stderr.write('%s: error: %s (%s %s --help lists every flag)\n'
-                         % (PROGRAM, e, interpreter.python_command(), PROGRAM))
+                         % (PROGRAM, flag_error_text(e), interpreter.python_command(), PROGRAM))
         sys.exit(2)
     tf.logging.set_verbosity(tf.logging.INFO)
     # absl's handler prints every line once; TensorFlow's own would print it a second time.

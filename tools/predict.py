@@ -164,7 +164,8 @@ def main(argv=None):
     if not processed:
         error('no image could be processed (%d skipped)' % skipped)
         return 1
-    sys.stderr.write('%s: %d images classified, %d skipped\n' % (PROG, processed, skipped))
+    sys.stderr.write('%s: %d image%s classified, %d skipped\n'
+                     % (PROG, processed, '' if processed == 1 else 's', skipped))
     return 0
 
 

@@ -59,13 +59,18 @@ def python_command(executable=None, cwd=None):
     return shown_path(os.path.abspath(executable), cwd)
 
 
+def script_command(name, executable=None, cwd=None):
+    """A console script of the interpreter running this process (`.venv/bin/tensorboard`),
+    else `name` as PATH finds it."""
+    executable = os.path.abspath(executable or sys.executable or 'python')
+    script = os.path.join(os.path.dirname(executable), name)
+    return shown_path(script, cwd) if os.path.exists(script) else name
+
+
 def pip_command(executable=None, cwd=None):
     """The pip of the interpreter running this process (`.venv/bin/pip`)."""
-    executable = os.path.abspath(executable or sys.executable or 'python')
-    pip = os.path.join(os.path.dirname(executable), 'pip')
-    if os.path.exists(pip):
-        return shown_path(pip, cwd)
-    return python_command(executable, cwd) + ' -m pip'
+    pip = script_command('pip', executable, cwd)
+    return pip if pip != 'pip' else python_command(executable, cwd) + ' -m pip'
 
 
 def venv_has_requirements(venv=VENV):

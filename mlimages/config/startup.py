@@ -109,6 +109,8 @@ def before_tensorflow(program, argv=None):
     if not verbose:
         warnings.filterwarnings('ignore', message='.*is deprecated.*')
         warnings.filterwarnings('ignore', category=DeprecationWarning)
+        # --deterministic: the graph seed seeding the input's random ops is the intent.
+        warnings.filterwarnings('ignore', message='Seed .* from outer graph might be getting')
         logging.getLogger('tensorflow').addFilter(_Quiet())
     return verbose
 
