@@ -8,7 +8,7 @@ means "no decay") and data_format (the original's default silently meant NHWC; h
 say so in their help, so that old launch scripts keep working.
 
 Only entry points read FLAGS; they turn them into explicit arguments.
-`python train.py --help` prints the flags grouped as below (see `grouped_help`).
+`.venv/bin/python train.py --help` prints the flags grouped as below (see `grouped_help`).
 """
 import collections
 import functools

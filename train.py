@@ -6,9 +6,9 @@ data flow is docs/layout.md's
     flags -> file_db -> data (records, input_pipeline) -> image_preprocess -> resnet
           -> model (loss, lr_schedule) -> run (model_fn, training: tf.estimator)
 
-    python train.py --data_dir=/data/ml-images --class_num=11166 --resnet_size=101 ...
-    python train.py --demo        # builds a small dataset and trains on it on the CPU
-    python train.py --help        # every flag, grouped
+    .venv/bin/python train.py --data_dir=/data/ml-images --class_num=11166 --resnet_size=101 ...
+    .venv/bin/python train.py --demo        # builds a small dataset and trains on it on the CPU
+    .venv/bin/python train.py --help        # every flag, grouped
 
 Exit status: 0 done, 1 an error after training started (errors.TrainingError), 2 a bad
 flag or input (errors.UsageError, file_db.DataError), 143 / 130 stopped by SIGTERM / SIGINT

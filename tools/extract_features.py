@@ -2,11 +2,11 @@
 """The pooled feature of each image (the input of the logits layer: 2048 values for
 ResNet-50 and deeper, 512 for ResNet-18/34), as the original's feature extraction gave.
 
-    python tools/extract_features.py --checkpoint out/checkpoint \\
+    .venv/bin/python tools/extract_features.py --checkpoint out/checkpoint \\
         --list images.txt --output features.npy          # + features.txt, the image names
-    python tools/extract_features.py --saved_model export/ photos/ -o features.npy
+    .venv/bin/python tools/extract_features.py --saved_model export/ photos/ -o features.npy
     # the original's extract_feature.py, its flags and its text output:
-    python tools/extract_features.py --format original --pretrain_ckpt=./ckpts \
+    .venv/bin/python tools/extract_features.py --format original --pretrain_ckpt=./ckpts \
         --images=imglist.txt --result=test.txt
 
 Writes OUTPUT (.npy, float32, N x D) and a text file with the N image names in row order

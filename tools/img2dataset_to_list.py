@@ -28,7 +28,7 @@ redirect to), or listed in --placeholder_hashes. Everything else that succeeded 
 
 OUT is written under a temporary name and renamed when complete.
 
-    python tools/img2dataset_to_list.py download/train download/train_input download/train_list
+    .venv/bin/python tools/img2dataset_to_list.py download/train download/train_input download/train_list
 
 Needs pyarrow (requirements-download.txt).
 """

@@ -2,10 +2,10 @@
 """Classify images with a trained model: per image the top-k classes with their scores and
 names, and (multi-label, the default) every class whose sigmoid score reaches --threshold.
 
-    python tools/predict.py --checkpoint out/checkpoint --class_dict dictionary.txt photos/
-    python tools/predict.py --saved_model export/ --list images.txt --format jsonl -o out.jsonl
+    .venv/bin/python tools/predict.py --checkpoint out/checkpoint --class_dict dictionary.txt photos/
+    .venv/bin/python tools/predict.py --saved_model export/ --list images.txt --format jsonl -o out.jsonl
     # the original's image_classification.py, its flags and its output text:
-    python tools/predict.py --format original --images=data/im_list_for_classification.txt \
+    .venv/bin/python tools/predict.py --format original --images=data/im_list_for_classification.txt \
         --top_k_pred=5 --model_dir=checkpoints/resnet.ckpt \
         --dictionary=data/imagenet2012_dictionary.txt --result=label_pred.txt
 

@@ -23,7 +23,7 @@ bounds its memory). Every line is checked first -- the URL's scheme, the label g
 image_lists.py -- and a bad line stops the tool with '<list>:<line>: <what>' before anything
 is written; DIR is written under a temporary name and renamed when complete.
 
-    python tools/urls_to_img2dataset.py train_urls_from_openimages.txt download/train_input
+    .venv/bin/python tools/urls_to_img2dataset.py train_urls_from_openimages.txt download/train_input
 
 Needs pyarrow (requirements-download.txt).
 """

@@ -48,7 +48,7 @@ report counts the labels added.
 
 Run from the repository root:
 
-    python tools/make_tfrecords.py -idx image_lists/ -tfs data/ -im images/ -cls 11166
+    .venv/bin/python tools/make_tfrecords.py -idx image_lists/ -tfs data/ -im images/ -cls 11166
 """
 import numbers
 import os
