@@ -126,9 +126,10 @@ def test_bf16_runs_every_convolution_and_matmul_in_bfloat16():
 
 
 @pytest.mark.slow
-def test_demo_command_reports_repeats_itself_writes_its_files_and_resumes(tmp_path):
+def test_demo_command_reports_repeats_itself_and_writes_its_files(tmp_path):
     """The README's headline command at a few steps and small images: its report, the same
-    model and figures from a second run of the same command, no noise, a resume."""
+    model and figures from a second run of the same command (the dataset reused), no
+    noise."""
     demo_dir = str(tmp_path / 'demo')
     args = [sys.executable, os.path.join(ROOT, 'train.py'), '--demo', '--demo_dir=' + demo_dir,
             '--max_iter=3', '--image_size=32', '--batch_size=4', '--log_interval=1']
@@ -169,10 +170,7 @@ def test_demo_command_reports_repeats_itself_writes_its_files_and_resumes(tmp_pa
     got = checkpoint_values(os.path.join(demo_dir, 'again'))
     assert sorted(got) == sorted(want)
     assert [name for name in want if not np.array_equal(got[name], want[name])] == []
-    second = run('--max_iter=4')
-    # It resumed from step 3: one step more, not four.
-    assert re.search(r'step 4: ', second.stderr) and not re.search(r'step 1: ', second.stderr)
-    assert tf.train.latest_checkpoint(os.path.join(demo_dir, 'model')).endswith('-4')
+    # (Resuming is train.py's, tested in test_train.py: the suite's time goes to this.)
 
 
 def test_the_demo_verdict_needs_both_margins():
