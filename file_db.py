@@ -35,12 +35,35 @@ def list_shards(data_dir, split, pattern='*tfrecords'):
     """
     directory = os.path.join(data_dir, split)
     if not os.path.isdir(directory):
-        raise DataError('no %s directory: %s does not exist (expected shard files %s in it)'
-                        % (split, directory, pattern))
+        raise DataError('no %s directory: %s does not exist (expected shard files %s in it)%s'
+                        % (split, directory, pattern, images_hint(data_dir)))
     files = [f for f in glob.glob(os.path.join(directory, pattern)) if os.path.isfile(f)]
     if not files:
-        raise DataError('no shard files matching %r in %s' % (pattern, directory))
+        raise DataError('no shard files matching %r in %s%s' % (pattern, directory,
+                                                                 images_hint(directory)))
     return sorted(files, key=_file_name_key)
+
+
+IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.bmp', '.gif')
+
+
+def images_hint(directory, look=200):
+    """'; <directory> holds images (<name>), not records: ...' when the directory or one of
+    its first subdirectories (ImageNet's class folders) holds image files, else ''. At most
+    `look` entries of each are read."""
+    def entries(path):
+        try:
+            with os.scandir(path) as found:
+                return [entry for _, entry in zip(range(look), found)]
+        except OSError:
+            return []
+    top = entries(directory)
+    for entry in top + [e for d in top[:5] if d.is_dir() for e in entries(d.path)]:
+        if entry.name.lower().endswith(IMAGE_SUFFIXES) and entry.is_file():
+            return ('; %s holds images (%s), not records: build the shards from an image '
+                    'list with tools/make_tfrecords.py (docs/records.md)'
+                    % (directory, os.path.relpath(entry.path, directory)))
+    return ''
 
 
 def check_worker(worker_num, worker_id):

@@ -8,7 +8,7 @@ means "no decay") and data_format (the original's default silently meant NHWC; h
 say so in their help, so that old launch scripts keep working.
 
 Only entry points read FLAGS; they turn them into explicit arguments.
-`python train.py --help` prints the flags grouped as below (see `grouped_help`).
+`.venv/bin/python train.py --help` prints the flags grouped as below (see `grouped_help`).
 """
 import collections
 import functools
@@ -175,7 +175,9 @@ _int(G, 'lr_warmup_decay_step', 0, 'Steps per warm-up stair (> 0 when warmup > 0
 _float(G, 'lr_warmup_decay_factor', 1.414, 'Factor per warm-up stair (> 1: growth).')
 _int(G, 'max_iter', 1000000, 'Train until the global step reaches this (a resumed run '
      'stops at the same step); -1 = forever.')
-_int(G, 'random_seed', 1234, 'Op seed of the per-step negative-class selection.')
+_int(G, 'random_seed', 1234, 'Seed of the negative-class selection (--deterministic: of all).')
+_bool(G, 'deterministic', False, 'Repeatable runs, the same figures from the same command on '
+      'one machine: graph seed --random_seed, TensorFlow\'s op determinism; slower input.')
 _string(G, 'pretrain_ckpt', '',
         'Fine-tune: initialise every model variable but the head (logits/*), batch-norm '
         'moving statistics included, from this checkpoint (a prefix, or a directory = its '
@@ -479,7 +481,6 @@ def defaults():
 def given(flag_values=FLAGS):
     """The names of the flags given on the command line."""
     return {name for name in Options._fields if flag_values[name].present}
-
 
 
 def grouped_help(program):

@@ -196,13 +196,15 @@ def decode_sliced(encoded, window_fn):
 WINDOW_DECODE_BELOW = 0.5
 
 
-def decode_crop_resize(encoded, image_size, is_training, object_cover, area_cover):
+def decode_crop_resize(encoded, image_size, is_training, object_cover, area_cover,
+                       crop_seed=None):
     """Encoded image -> float32 [S, S, 3] in [0, 255]: the training crop (random window,
-    drawn from the image's shape) or the evaluation crop (central 80 %), resized bilinearly
-    on the uint8 pixels. The conversion to [0, 1] comes after this (the original converts first:
-    the values are the same, the work is on 224 x 224 pixels instead of the whole image)."""
+    drawn from the image's shape; crop_seed: crop_window's seed) or the evaluation crop
+    (central 80 %), resized bilinearly on the uint8 pixels. The conversion to [0, 1] comes
+    after this (the original converts first: the values are the same, the work is on
+    224 x 224 pixels instead of the whole image)."""
     if is_training:
-        window_fn = lambda shape: crop_window(shape, object_cover, area_cover)
+        window_fn = lambda shape: crop_window(shape, object_cover, area_cover, crop_seed)
     else:
         window_fn = central_window
     if is_training and area_cover < WINDOW_DECODE_BELOW:
@@ -425,15 +427,17 @@ def augment_batch(images):
 # ------------------------------------------------------------------ encoded image -> input
 
 def preprocess_encoded(encoded, image_size, is_training, object_cover, area_cover,
-                       on_device=False):
-    """Encoded image -> one network input, what the input pipeline does per record.
+                       on_device=False, crop_seed=None):
+    """Encoded image -> one network input, what the input pipeline does per record
+    (crop_seed: the training crop's seed, decode_crop_resize).
 
     on_device False: float32 [S, S, 3] in [-1, 1], the original's augmentation in full (the crop resized
     on the uint8 pixels, then [0, 1], augment_image when training).
     on_device True: uint8 [S, S, 3], the crop resized and rounded; network_input finishes
     it batched on the training device.
     """
-    image = decode_crop_resize(encoded, image_size, is_training, object_cover, area_cover)
+    image = decode_crop_resize(encoded, image_size, is_training, object_cover, area_cover,
+                               crop_seed)
     if on_device:
         # Bilinear weights sum to 1, so the values stay in [0, 255]: round half up, no clip.
         return tf.cast(image + 0.5, tf.uint8)

@@ -6,9 +6,9 @@ data flow is docs/layout.md's
     flags -> file_db -> data (records, input_pipeline) -> image_preprocess -> resnet
           -> model (loss, lr_schedule) -> run (model_fn, training: tf.estimator)
 
-    python train.py --data_dir=/data/ml-images --class_num=11166 --resnet_size=101 ...
-    python train.py --demo        # builds a small dataset and trains on it on the CPU
-    python train.py --help        # every flag, grouped
+    .venv/bin/python train.py --data_dir=/data/ml-images --class_num=11166 --resnet_size=101 ...
+    .venv/bin/python train.py --demo        # builds a small dataset and trains on it on the CPU
+    .venv/bin/python train.py --help        # every flag, grouped
 
 Exit status: 0 done, 1 an error after training started (errors.TrainingError), 2 a bad
 flag or input (errors.UsageError, file_db.DataError), 143 / 130 stopped by SIGTERM / SIGINT
@@ -16,6 +16,8 @@ flag or input (errors.UsageError, file_db.DataError), 143 / 130 stopped by SIGTE
 rerun the same command to resume, preemption.py), 200 a task of the cluster job was lost
 (peers.py: retryable, rerun every task to resume); each reported as one line.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), 'mlimages/config/interpreter.py'))
 import logging
 import os
 import sys
@@ -34,7 +36,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import file_db  # noqa: E402
 import flags as flags_lib  # noqa: E402
-from mlimages.config import run_settings  # noqa: E402
+from mlimages.config import interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
                              TrainingError, UsageError, stop_raises, stopped)
@@ -63,7 +65,8 @@ def choose_devices(opts):
                                              opts.tf_gpu_thread_mode)
     opts = opts._replace(inter_op_threads=opts.inter_op_threads or inter_op,
                          private_threads=opts.private_threads or private)
-    if devices.GPU_ENV in made or opts.tf_gpu_thread_mode != 'off':
+    # Without a GPU there is nothing to say (training's first lines count the GPUs seen).
+    if (devices.GPU_ENV in made and devices.gpu_count()) or opts.tf_gpu_thread_mode != 'off':
         tf.logging.info('devices: %s; inter-op threads %s, input private threads %s', ', '.join(
             '%s=%s' % item for item in sorted(made.items())),
             opts.inter_op_threads or 'default', opts.private_threads or 'shared')
@@ -111,7 +114,12 @@ def check_cpu_kernels(opts):
 
 def trained_settings(opts):
     """--mode=eval, predict and export: the network's settings (inference_settings) from
-    the flags.txt beside the checkpoint unless given on the command line, logged first."""
+    the flags.txt beside the checkpoint unless given on the command line, logged first
+    once the checkpoint is found (a missing one is the one line)."""
+    if opts.mode == 'eval':
+        training.evaluation_checkpoint(opts)
+    else:
+        inference_checkpoint(opts)
     opts, lines = inference_settings.for_options(
         opts, flags_lib.given(), opts.checkpoint_path or opts.model_dir,
         inference_settings.MODE_SETTINGS[opts.mode])
@@ -154,7 +162,8 @@ def predict(opts):
     if not processed:
         raise TrainingError('no image of --piclist=%s could be processed (%d skipped)'
                             % (opts.piclist, skipped))
-    tf.logging.info('%d images classified with %s, %d skipped', processed, predictor.source,
+    tf.logging.info('%d image%s classified with %s, %d skipped', processed,
+                    '' if processed == 1 else 's', predictor.source,
                     skipped)
 
 
@@ -231,6 +240,16 @@ def main(argv, extra_hooks=()):
         sys.exit(status)
 
 
+def flag_error_text(error):
+    """absl's message, its boolean parser's ValueError tuple ('Non-boolean argument to
+    boolean flag', 'maybe') said in words."""
+    cause = error.__context__
+    if isinstance(cause, ValueError) and len(cause.args) == 2 and 'boolean' in cause.args[0]:
+        return str(error).replace(str(cause), 'not a boolean: give true or false (or '
+                                  '--name / --noname)')
+    return str(error)
+
+
 def run(extra_hooks=()):
     """The command line: parses sys.argv and runs main (extra_hooks: see main)."""
     import functools
@@ -240,8 +259,8 @@ def run(extra_hooks=()):
         FLAGS(sys.argv)
     except absl_flags.Error as e:
         # absl would say "FATAL Flags parsing error" and exit 1; a usage error is 2 here.
-        sys.stderr.write('%s: error: %s (python %s --help lists every flag)\n'
-                         % (PROGRAM, e, PROGRAM))
+        sys.stderr.write('%s: error: %s (%s %s --help lists every flag)\n'
+                         % (PROGRAM, flag_error_text(e), interpreter.python_command(), PROGRAM))
         sys.exit(2)
     tf.logging.set_verbosity(tf.logging.INFO)
     # absl's handler prints every line once; TensorFlow's own would print it a second time.

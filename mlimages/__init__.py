@@ -2,11 +2,11 @@
 layers first; a module imports only from its own layer or below, tests/test_layout.py):
 
     errors.py     every exception type and the exit statuses they mean
-    config/       value checks, the run's flags.txt, start-up before TensorFlow
+    config/       value checks, the run's flags.txt, start-up before TensorFlow, the Python
     data/         record format, input pipeline, semantic hierarchy
     distributed/  cluster sources, TF_CONFIG roles and strategies, devices, lost peers
     model/        loss, learning-rate schedules, metrics, precision
-    run/          model_fn, the Estimator run, checkpoints, hooks, preemption
+    run/          model_fn, the Estimator run, checkpoints, hooks, preemption, run plans
     inference/    serving graph and export, inference inputs and outputs
     cli/          what the commands share (argparse, progress, ports)
     recordkit/    building and checking records (tools/make_tfrecords.py ...)

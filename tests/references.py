@@ -4,7 +4,8 @@ straight from the original's definition (docs/original.md), none calling product
 
     learning_rate        the warm-up staircase, then piecewise (pre-training) or exponential
                          (finetune.py) decay
-    NumpyLoss            the count-weighted sigmoid cross-entropy with its class counters
+    NumpyLoss            the count-weighted sigmoid cross-entropy with its class counters,
+                         and evaluation's per-image form of it
     l2_of_checkpoint     weight_decay x sum(v^2)/2 over names without 'bn'
                          + bn_fraction x weight_decay x sum(v^2)/2 over names with 'bn'
     original_l2          the original pre-training L2 line, in TensorFlow
@@ -59,6 +60,19 @@ class NumpyLoss(object):
         # -log(sigmoid(x)) = log(1 + e^-x); -log(1 - sigmoid(x)) = log(1 + e^x)
         ce = 12 * y * np.logaddexp(0, -x) + (1 - y) * np.logaddexp(0, x)
         return (ce * mask).mean(axis=0).dot(coef), coef
+
+    def per_image(self, y, x, neg_select):
+        """Evaluation's value of each image: a step on that image alone with the counters
+        as they are (not advanced) and every negative selected at rate neg_select."""
+        values = []
+        for image, logits in zip(y, x):
+            pos = (image >= self.mask_thres).astype(np.float64)
+            coef = (pos * self.w(-np.log10((0.01 + self.pos_count) / 10), 0.01)
+                    + (1 - pos) * neg_select
+                    * self.w(-np.log10((8 + self.neg_count) / 10), 0.001))
+            ce = 12 * image * np.logaddexp(0, -logits) + (1 - image) * np.logaddexp(0, logits)
+            values.append(np.sum(ce * (image != -1) * coef))
+        return np.array(values)
 
 
 # ---------------------------------------------------------------- L2

@@ -1,25 +1,41 @@
-"""Every train.py and launch_local_cluster.py command line in README.md and docs/*.md (the
-indented code blocks) parses and plans: train.py's own flag parser and validation, and
-distribute.plan for the process -- for a launcher command for every task it would start,
-with the TF_CONFIG and GPUs the launcher gives it. Placeholders (`...`, `<train.py
-flags>`) are dropped; a placeholder TF_CONFIG becomes a two-worker cluster. The TFJob
-manifests are tests/test_kubernetes.py's; their flags are planned here too."""
+"""Every documented command line runs with the interpreter the docs name, and parses.
+
+The lines: the indented code blocks and the inline code of README.md and docs/*.md, and
+the commands in the headers of the recipe flagfiles (docs/recipes/*.flags). The
+convention (docs/setup.md): the environment's programs by their path -- a line that starts
+train.py, a tools/ program, pytest, pip, tensorboard or img2dataset does it with
+`.venv/bin/python` (`.venv/bin/pip`, ...), no other interpreter. Each program's line is
+parsed in this process, which runs on that interpreter: train.py's flag parser and
+validation and distribute.plan for the process (for a launcher command every task it would
+start, with the TF_CONFIG and GPUs the launcher gives it; a cluster of --worker_hosts as
+train.py makes it), the other tools' own parsers; and `.venv/bin/python <program> --help`
+starts every program the docs name. Placeholders (`...`, `<train.py flags>`, `[optional]`)
+are dropped; a placeholder TF_CONFIG becomes a two-worker cluster. The TFJob manifests are
+tests/test_kubernetes.py's; their flags are planned here too."""
 import glob
 import json
 import os
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 from absl import flags as absl_flags
 
-from mlimages.distributed import distribute
+from mlimages.distributed import cluster_flags, distribute
 import train
 import resnet
 from helpers import ROOT
 from tools import launch_local_cluster as launcher
 
-SCRIPTS = ('train.py', 'launch_local_cluster.py')
+VENV = '.venv/bin/'
+PYTHON = VENV + 'python'
+# What runs in the environment: by its path, always.
+ENVIRONMENT_PROGRAMS = ('python', 'python3', 'pip', 'pip3', 'tensorboard', 'img2dataset',
+                        'pytest')
+PROGRAMS = ['train.py'] + sorted(os.path.basename(p) for p in
+                                 glob.glob(os.path.join(ROOT, 'tools', '*.py')))
 PLACEHOLDER_CLUSTER = json.dumps({'cluster': {'chief': ['hostA:2222'],
                                               'worker': ['hostB:2222']},
                                   'task': {'type': 'chief', 'index': 0}})
@@ -27,11 +43,21 @@ PLACEHOLDER_CLUSTER = json.dumps({'cluster': {'chief': ['hostA:2222'],
 
 def code_lines(path):
     """The logical lines of the indented code blocks: continuations (a trailing
-    backslash, or a quote left open) joined."""
-    lines, current = [], ''
+    backslash, or a quote left open) joined, comment lines left out; and the inline code
+    of the other lines (outside fenced blocks) that holds more than one word."""
+    lines, current, fenced = [], '', False
     with open(path) as f:
         for raw in f:
+            if raw.startswith('```'):
+                fenced = not fenced
             if not raw.startswith('    '):
+                if current:
+                    lines.append(current)
+                current = ''
+                if not fenced:
+                    lines += [span for span in re.findall(r'`([^`]+)`', raw) if ' ' in span]
+                continue
+            if raw.strip().startswith('#'):  # a comment line of its own
                 if current:
                     lines.append(current)
                 current = ''
@@ -49,26 +75,65 @@ def code_lines(path):
     return lines
 
 
-def commands():
-    """[(file:line text, env assignments, script, arguments)] of every documented command."""
-    found = []
+def flagfile_commands(path):
+    """The command lines of a recipe flagfile's header comments."""
+    with open(path) as f:
+        return [line.lstrip('#').strip() for line in f
+                if line.startswith('#') and 'train.py' in line and VENV in line]
+
+
+def documented_lines():
     paths = [os.path.join(ROOT, 'README.md')] + sorted(
         glob.glob(os.path.join(ROOT, 'docs', '*.md')))
-    for path in paths:
-        for line in code_lines(path):
-            try:
-                tokens = shlex.split(line, comments=True)
-            except ValueError:
-                continue
-            scripts = [i for i, t in enumerate(tokens) if os.path.basename(t) in SCRIPTS]
-            if not scripts or not any(t.startswith('python') for t in tokens[:scripts[0]]):
-                continue
-            start = scripts[0]
-            env = dict(t.split('=', 1) for t in tokens[:start] if '=' in t)
-            args = [t for t in tokens[start + 1:] if t != '...' and
-                    not re.match(r'^<.*>$', t) and t != '--help']
-            found.append(('%s: %s' % (os.path.relpath(path, ROOT), line), env,
-                          os.path.basename(tokens[start]), args))
+    found = [(path, line) for path in paths for line in code_lines(path)]
+    found += [(path, line) for path in sorted(glob.glob(os.path.join(ROOT, 'docs', 'recipes',
+                                                                     '*.flags')))
+              for line in flagfile_commands(path)]
+    return [('%s: %s' % (os.path.relpath(path, ROOT), line), line) for path, line in found]
+
+
+def runs_in_the_environment(tokens):
+    """The index of the token that starts an environment program, or None: a checkout
+    program or pytest run by a Python, or pip, tensorboard, img2dataset, pytest."""
+    for i, token in enumerate(tokens):
+        name = os.path.basename(token)
+        if name in ENVIRONMENT_PROGRAMS and name.startswith('python'):
+            rest = tokens[i + 1:i + 3]
+            if rest and (os.path.basename(rest[0]) in PROGRAMS or rest[:2] == ['-m', 'pytest']):
+                return i
+        elif name in ENVIRONMENT_PROGRAMS:
+            return i
+    return None
+
+
+def commands():
+    """[(where, tokens, index of the interpreter or program)] of every documented line
+    that runs something of the environment."""
+    found = []
+    for where, line in documented_lines():
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        start = runs_in_the_environment(tokens)
+        if start is not None:
+            found.append((where, tokens, start))
+    return found
+
+
+def program_lines():
+    """[(where, env assignments, script, arguments)] of the lines that start a program."""
+    found = []
+    for where, tokens, start in COMMANDS:
+        scripts = [i for i, t in enumerate(tokens) if os.path.basename(t) in PROGRAMS]
+        if not scripts or scripts[0] != start + 1:
+            continue
+        script = scripts[0]
+        env = dict(t.split('=', 1) for t in tokens[:start] if '=' in t)
+        args = [t for t in tokens[script + 1:] if '...' not in t and
+                not re.search(r'<.*>', t) and not t.startswith('[') and
+                not t.endswith(']') and t != '--help']
+        found.append((where, env, os.path.basename(tokens[script]), args))
     return found
 
 
@@ -91,14 +156,18 @@ def plan_task(opts, environ, gpus):
     return plan
 
 
-def check(env, script, args):
-    if script == 'train.py':
-        opts = parse(args)
-        config = env.get('TF_CONFIG')
-        if config is not None and '...' in config:
-            config = PLACEHOLDER_CLUSTER
-        plan_task(opts, {'TF_CONFIG': config} if config else {}, opts.num_gpus)
-        return 1
+def check_train(env, args):
+    opts = parse(args)
+    config = env.get('TF_CONFIG')
+    if config is not None and '...' in config:
+        config = PLACEHOLDER_CLUSTER
+    environ = {'TF_CONFIG': config} if config else {}
+    cluster_flags.setup(opts, environ)  # --worker_hosts: the TF_CONFIG train.py makes
+    plan_task(opts, environ, opts.num_gpus)
+    return 1
+
+
+def check_launcher(args):
     split = args.index('--') if '--' in args else len(args)
     own, train_flags = args[:split], args[split + 1:]
     options = launcher.make_parser().parse_args(own)
@@ -116,19 +185,87 @@ def check(env, script, args):
     return len(names)
 
 
-DOCUMENTED = commands()
+def check_plan_run(args):
+    """tools/plan_run.py's parsing and planning, up to the figures."""
+    from tools import plan_run
+    from mlimages.run import run_plan
+    own, train_flags = plan_run.build_parser().parse_known_args(args)
+    opts = parse(train_flags)
+    run_plan.job(opts, {})
+    assert own.train_images or opts.data_dir
+    return 1
 
 
-def test_the_docs_have_commands_of_both_programs():
+def tool_parsers():
+    """{program: parse(arguments)} with each tool's own parser, as its main parses."""
+    from tools import (benchmark, check_tfrecords, extract_features, graph_size,
+                       img2dataset_to_list, predict, ps_placement, urls_to_img2dataset)
+    from mlimages.recordkit import convert_tfrecords, make_options
+    plain = lambda build: lambda a: build().parse_args(a)
+    intermixed = lambda build: lambda a: build().parse_intermixed_args(a)
+    return {'benchmark.py': plain(benchmark.build_parser),
+            'check_tfrecords.py': plain(check_tfrecords.build_parser),
+            'extract_features.py': intermixed(extract_features.build_parser),
+            'graph_size.py': plain(graph_size.build_parser),
+            'img2dataset_to_list.py': plain(img2dataset_to_list.build_parser),
+            'predict.py': intermixed(predict.build_parser),
+            'ps_placement.py': plain(ps_placement.build_parser),
+            'urls_to_img2dataset.py': plain(urls_to_img2dataset.build_parser),
+            'convert_tfrecords.py': plain(convert_tfrecords.build_parser),
+            'make_tfrecords.py': intermixed(make_options.build_parser)}
+
+
+def check(env, script, args):
+    if script == 'train.py':
+        return check_train(env, args)
+    if script == 'launch_local_cluster.py':
+        return check_launcher(args)
+    if script == 'plan_run.py':
+        return check_plan_run(args)
+    tool_parsers()[script](args)
+    return 1
+
+
+COMMANDS = commands()
+DOCUMENTED = program_lines()
+
+
+def test_the_docs_have_commands_of_the_programs():
     scripts = {script for _, _, script, _ in DOCUMENTED}
-    assert scripts == set(SCRIPTS) and len(DOCUMENTED) >= 20
+    assert {'train.py', 'launch_local_cluster.py', 'make_tfrecords.py', 'predict.py',
+            'plan_run.py', 'check_tfrecords.py', 'extract_features.py'} <= scripts
+    assert len(DOCUMENTED) >= 60
     assert any('--distribution collective' in where for where, _, _, _ in DOCUMENTED)
+    assert any(where.startswith('docs/recipes/') for where, _, _, _ in DOCUMENTED)
+
+
+def test_every_documented_command_names_the_environment():
+    """`.venv/bin/python train.py`, `.venv/bin/pip`, ...: never a bare `python` or `pip`."""
+    wrong = [where for where, tokens, start in COMMANDS if not tokens[start].startswith(VENV)
+             or tokens[start] != VENV + os.path.basename(tokens[start])]
+    assert wrong == []
+    assert len(COMMANDS) > len(DOCUMENTED)  # pip, tensorboard, pytest lines too
+
+
+def test_these_tests_run_on_the_interpreter_the_docs_name():
+    """The parses below happen in this process: it must be the docs' `.venv/bin/python`."""
+    assert os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(ROOT, '.venv'))
+
+
+@pytest.mark.parametrize('script', sorted({script for _, _, script, _ in DOCUMENTED}))
+def test_the_docs_interpreter_starts_every_documented_program(script):
+    path = script if script == 'train.py' else os.path.join('tools', script)
+    result = subprocess.run([os.path.join(ROOT, PYTHON), path, '--help'], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'usage: ' in result.stdout
 
 
 @pytest.mark.parametrize('where,env,script,args', DOCUMENTED,
                          ids=[where.split(':')[0] + ':%d' % i
                               for i, (where, _, _, _) in enumerate(DOCUMENTED)])
-def test_documented_command_parses_and_plans(where, env, script, args):
+def test_documented_command_parses_and_plans(where, env, script, args, monkeypatch):
+    monkeypatch.chdir(ROOT)  # as written: from the checkout's root (flagfiles are relative)
     try:
         assert check(env, script, args) >= 1
     except (absl_flags.Error, train.UsageError, distribute.ConfigError, SystemExit) as e:
@@ -155,8 +292,8 @@ def test_the_tfjob_flags_plan_for_every_replica():
 
 
 @pytest.mark.parametrize('line', [
-    "python tools/launch_local_cluster.py --workers 4 --ps 1 -- --num_gpus=2",
-    "python tools/launch_local_cluster.py --workers 2 --ps 1 --gpus_per_task 0 -- "
+    ".venv/bin/python tools/launch_local_cluster.py --workers 4 --ps 1 -- --num_gpus=2",
+    ".venv/bin/python tools/launch_local_cluster.py --workers 2 --ps 1 --gpus_per_task 0 -- "
     "--data_format=NCHW"])
 def test_the_check_refuses_a_broken_command(line):
     """The launcher command the docs once had (ps-mode workers with 2 GPUs), and NCHW for a
@@ -164,3 +301,12 @@ def test_the_check_refuses_a_broken_command(line):
     tokens = shlex.split(line)
     with pytest.raises((distribute.ConfigError, train.UsageError, SystemExit)):
         check({}, 'launch_local_cluster.py', tokens[2:])
+
+
+def test_the_checks_find_a_bare_interpreter_and_a_bad_tool_line():
+    assert runs_in_the_environment(shlex.split('python train.py --demo')) == 0
+    assert runs_in_the_environment(shlex.split('srun python3 tools/predict.py x')) == 1
+    assert runs_in_the_environment(shlex.split('python3 -m venv .venv')) is None
+    assert runs_in_the_environment(shlex.split('NO_X=1 pip install -r r.txt')) == 1
+    with pytest.raises(SystemExit):
+        check({}, 'predict.py', ['--top_k', '0', 'a.jpg'])  # no model, and a bad top_k

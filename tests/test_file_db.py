@@ -40,6 +40,25 @@ def test_missing_and_empty_directories_name_path_and_pattern(tmp_path):
         file_db.list_shards(str(tmp_path), 'val')
 
 
+def test_a_folder_of_images_as_data_dir_says_to_build_records(tmp_path):
+    """Images where the records belong (or in ImageNet's class folders): the fix is named."""
+    (tmp_path / 'n01440764').mkdir()
+    (tmp_path / 'n01440764' / 'a.JPEG').write_bytes(b'')
+    with pytest.raises(file_db.DataError) as error:
+        file_db.list_shards(str(tmp_path), 'train')
+    assert str(error.value).endswith(
+        '; %s holds images (n01440764/a.JPEG), not records: build the shards from an image '
+        'list with tools/make_tfrecords.py (docs/records.md)' % tmp_path)
+    (tmp_path / 'val').mkdir()
+    (tmp_path / 'val' / 'b.png').write_bytes(b'')
+    with pytest.raises(file_db.DataError, match=r'val holds images \(b.png\), not records'):
+        file_db.list_shards(str(tmp_path), 'val')
+    (tmp_path / 'other').mkdir()
+    with pytest.raises(file_db.DataError) as error:
+        file_db.list_shards(str(tmp_path / 'other'), 'train')
+    assert 'holds images' not in str(error.value)
+
+
 def test_bad_worker_ids():
     with pytest.raises(ValueError):
         file_db.worker_share(['a'], 2, 2)

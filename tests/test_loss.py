@@ -86,6 +86,41 @@ def test_eval_mode_leaves_counters_alone():
             assert sess.run(t['pos_count']).tolist() == [0.0, 0.0]
 
 
+def test_evaluation_cross_entropy_is_per_image_and_matches_numpy():
+    """After training steps have moved the counters, evaluation's per-image values match
+    the reference, leave the counters alone, and their mean is the same however the images
+    are batched."""
+    classes, batch = 7, 5
+    rng = np.random.default_rng(5)
+    batches = list(label_batches(rng, 6, batch, classes))
+    with tf.Graph().as_default(), tf.Session() as sess:
+        labels = tf.placeholder(tf.float32, [None, classes])
+        logits = tf.placeholder(tf.float32, [None, classes])
+        ce, tensors = loss_lib.multilabel_cross_entropy(labels, logits, 0.7, 0.5, seed=1)
+        with tf.variable_scope(tf.get_variable_scope(), reuse=True):
+            per_image = loss_lib.per_image_cross_entropy(labels, logits, 0.7, 0.5)
+        sess.run(tf.global_variables_initializer())
+        reference = NumpyLoss(classes, 0.7)
+        for y in batches[:-1]:
+            x = rng.normal(scale=3.0, size=y.shape).astype(np.float32)
+            sel = sess.run(tensors, {labels: y, logits: x})['neg_select']
+            reference.step(y.astype(np.float64), x.astype(np.float64), sel)
+        y = np.concatenate(batches[-2:])
+        x = rng.normal(scale=3.0, size=y.shape).astype(np.float32)
+        got = sess.run(per_image, {labels: y, logits: x})
+        np.testing.assert_allclose(got, reference.per_image(y, x, 0.5), rtol=1e-5)
+        counters = [sess.run(v) for v in tf.global_variables()]
+        assert sess.run(per_image, {labels: y, logits: x}).tolist() == got.tolist()
+        assert [sess.run(v).tolist() for v in tf.global_variables()] == \
+            [c.tolist() for c in counters]
+        assert 0 < reference.pos_count.max() and 0 < reference.neg_count.max()
+        # Batched by 3, 7 or all at once: one mean over the images.
+        for size in (3, 7):
+            parts = [sess.run(per_image, {labels: y[i:i + size], logits: x[i:i + size]})
+                     for i in range(0, len(y), size)]
+            np.testing.assert_allclose(np.concatenate(parts).mean(), got.mean(), rtol=1e-6)
+
+
 @pytest.mark.parametrize('value,floor,expected', [
     (0.5, 0.01, 0.5), (0.0100001, 0.001, 0.0100001), (0.01, 0.001, 0.001),
     (-0.3, 0.01, 0.01), (0.005, 0.001, 0.001)])

@@ -240,6 +240,25 @@ def test_all_images_skipped_exits_1(images, tmp_path, capsys):
     assert captured.err.count('\n') == 1 and 'all 2 images were skipped' in captured.err
     assert 'images skipped: 2' in captured.out
     assert len((out / 'train_report.txt').read_text().splitlines()) == 3
+    assert 'tar archives' not in captured.err
+
+
+def test_image_root_of_archives_names_the_flag_that_reads_them(tmp_path):
+    """ImageNet's per-synset tars (or ILSVRC2012's) given as --image_root: nothing can be
+    read, and the one line names --image_tars (--imagenet_train_tar)."""
+    tars = tmp_path / 'fall11_whole'
+    tars.mkdir()
+    (tars / 'n01440764.tar').write_bytes(b'')
+    lst = _write(tmp_path / 'ids.txt', ['n01440764/n01440764_18.JPEG 0:1'])
+    with pytest.raises(mt.AllImagesSkippedError, match=(
+            r'; --image_root %s holds tar archives \(n01440764.tar\): they are read in place '
+            r'with --image_tars %s instead' % (tars, tars))):
+        mt.build_records(str(lst), str(tars), str(tmp_path / 'out'), class_num=CLASS_NUM,
+                         workers=1, progress=False)
+    (tars / 'ILSVRC2012_img_train.tar').write_bytes(b'')
+    assert mt.archives_hint(str(tars)).endswith(
+        'with --imagenet_train_tar %s instead (docs/records.md)'
+        % (tars / 'ILSVRC2012_img_train.tar'))
 
 
 # --------------------------------------------------------------------------- CLI

@@ -69,6 +69,11 @@ def test_tools_bad_usage_and_models_that_do_not_exist(tmp_path, capsys):
         (['--checkpoint', tmp_path / 'nope', image], '--checkpoint=%s does not exist'
          % (tmp_path / 'nope')),
         (['--checkpoint', empty, image], 'holds no checkpoint'),
+        # The original programs' names are named back as given.
+        (['--model_dir', tmp_path / 'nope', image], '--model_dir=%s does not exist'
+         % (tmp_path / 'nope')),
+        (['--pretrain_ckpt', empty, image], '--pretrain_ckpt=%s: the directory holds no'
+         % empty),
         (['--checkpoint', foreign, image], 'holds no model variables of this program'),
         (['--saved_model', empty, image], 'is not a SavedModel directory'),
         (['--checkpoint', foreign, '--list', tmp_path / 'no_list.txt'], 'does not exist'),

@@ -1,4 +1,4 @@
-"""The README's "Using the published ML-Images checkpoints" commands, run as written on a
+"""docs/fine-tuning.md's "The published ML-Images checkpoints" commands, run as written on a
 checkpoint in the original program's variable layout (its loss counters named Variable
 and Variable_1, Momentum slots, global_step): classify with the ML-Images dictionary (this
 project's table and the original's text), extract features, and fine-tune on one's own

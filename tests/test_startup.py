@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mlimages.config import startup
+from mlimages.config import interpreter, startup
 from helpers import run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,11 +83,15 @@ def test_a_run_logs_one_line_an_interval_and_no_start_up_chatter(tmp_path):
     assert [re.search(r'step (\d+):', l).group(1) for l in steps] == ['2', '4']
     assert all('ETA' in l and 'images/s' in l for l in steps)
     assert len(lines) < 30, '\n'.join(lines)
-    verbose = train_py('--use_synthetic_data', '--model_dir=' + model_dir + '2',
-                       '--log_dir=' + str(tmp_path / 'log'), '--class_num=5',
-                       '--resnet_size=18', '--image_size=32', '--batch_size=2',
-                       '--max_iter=2', '--log_interval=1', '--data_format=NHWC', '--verbose')
+    # As a user starts it: no CUDA_VISIBLE_DEVICES. The devices line is for a GPU only.
+    verbose = run_program('train.py', '--use_synthetic_data', '--model_dir=' + model_dir + '2',
+                          '--log_dir=' + str(tmp_path / 'log'), '--class_num=5',
+                          '--resnet_size=18', '--image_size=32', '--batch_size=2',
+                          '--max_iter=2', '--log_interval=1', '--data_format=NHWC',
+                          '--verbose', env={k: v for k, v in USER_ENV.items()
+                                            if k != 'CUDA_VISIBLE_DEVICES'})
     assert verbose.returncode == 0 and 'loss = ' in verbose.stderr
+    assert not ('devices: ' in verbose.stderr and 'sees 0 GPU(s)' in verbose.stderr)
 
 
 def test_tools_check_the_installed_tensorflow_without_importing_it(monkeypatch, capsys):
@@ -97,5 +101,7 @@ def test_tools_check_the_installed_tensorflow_without_importing_it(monkeypatch, 
     with pytest.raises(SystemExit) as stop:
         startup.check_versions('predict.py')
     assert stop.value.code == 2
-    assert capsys.readouterr().err == ('predict.py: error: TensorFlow is not installed; '
-                                       'pip install -r requirements.txt (tensorflow==2.15.1)\n')
+    # The pip of the Python that runs it: the checkout's .venv/bin/pip for the README's set-up.
+    assert capsys.readouterr().err == ('predict.py: error: TensorFlow is not installed; %s '
+                                       'install -r requirements.txt (tensorflow==2.15.1)\n'
+                                       % interpreter.pip_command())

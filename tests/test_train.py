@@ -189,3 +189,17 @@ def test_bad_performance_flags_are_usage_errors(name, value):
     flags_lib.validate(opts)
     with pytest.raises(train.UsageError, match='--' + name):
         flags_lib.validate(opts._replace(**{name: value}))
+
+
+def test_a_bad_boolean_is_said_in_words():
+    from absl import flags as absl_flags
+    values = absl_flags.FlagValues()
+    values.append_flag_values(train.FLAGS)
+    values.unparse_flags()
+    with pytest.raises(absl_flags.Error) as error:
+        values(['train.py', '--xla=maybe'])
+    assert train.flag_error_text(error.value) == \
+        'flag --xla=maybe: not a boolean: give true or false (or --name / --noname)'
+    with pytest.raises(absl_flags.Error) as error:
+        values(['train.py', '--batch_size=x'])
+    assert train.flag_error_text(error.value) == str(error.value)

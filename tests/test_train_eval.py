@@ -1,5 +1,6 @@
 """--mode=eval and --mode=train_and_eval end to end, and their bad input."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -50,6 +51,12 @@ def test_eval_mode_on_the_whole_split_and_a_given_checkpoint(trained):
     assert 'model.ckpt-2 (global step 2) on all val batches' in line
     for name in METRICS:
         assert '%s = ' % name in line
+    # cross_entropy is per image: the 6 val images in batches of 3 give what 4 + 2 gave.
+    again = run_train(*small_run_flags(data, model_dir, 2), '--mode=eval', '--batch_size=3',
+                      '--batch_norm_decay=0', '--lr=1e-4')
+    line3 = [l for l in again.stderr.splitlines() if 'evaluated ' in l][-1]
+    assert re.search(r'cross_entropy = [0-9.]+', line3).group() == \
+        re.search(r'cross_entropy = [0-9.]+', line).group()
     first = os.path.join(model_dir, 'model.ckpt-1')
     result = run_train(*small_run_flags(data, model_dir, 2), '--mode=eval',
                        '--checkpoint_path=' + first, '--batch_norm_decay=0', '--lr=1e-4')
@@ -99,6 +106,8 @@ def test_eval_bad_input(trained, tmp_path):
         last = result.stderr.strip().splitlines()[-1]
         assert result.returncode == 2, (extra, result.stderr[-1500:])
         assert last.startswith('train.py: error: ') and fragment in last, (extra, last)
+        if 'model' in extra[0]:  # a missing model is the one line, no settings before it
+            assert 'inference settings' not in result.stderr, result.stderr
     result = run_train(*small_run_flags(data, model_dir, 2), '--mode=train_and_eval')
     assert result.returncode == 2 and '--test_interval' in result.stderr.splitlines()[-1]
 

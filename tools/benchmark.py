@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Input-pipeline and training-step speed, measured side by side in one run.
 
-    python tools/benchmark.py                      # makes its own shards, a few minutes
-    python tools/benchmark.py --files 'data/train/*.tfrecords' --class_num 11166
-    python tools/benchmark.py --resnet_size 50 --step_batch_size 32 --xla
-    python tools/benchmark.py --skip_steps --repeats 9       # pipelines only, more turns
+    .venv/bin/python tools/benchmark.py                      # makes its own shards, a few minutes
+    .venv/bin/python tools/benchmark.py --files 'data/train/*.tfrecords' --class_num 11166
+    .venv/bin/python tools/benchmark.py --resnet_size 50 --step_batch_size 32 --xla
+    .venv/bin/python tools/benchmark.py --skip_steps --repeats 9       # pipelines only, more turns
 
 On the same shards, in this one process and with the same batch size:
 
@@ -36,6 +36,8 @@ convert_tfrecords.py --short_side) and the crop resolution the network sees (mli
 --bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
 (mlimages/bench/bookkeeping.py).
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import glob
 import os

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Check TFRecord shards (docs/original.md, Records) before a long training run.
 
-    python tools/check_tfrecords.py --class_num 11166 data/            # train/ and val/
-    python tools/check_tfrecords.py --class_num 12 data/train/3.tfrecords --json
+    .venv/bin/python tools/check_tfrecords.py --class_num 11166 data/            # train/ and val/
+    .venv/bin/python tools/check_tfrecords.py --class_num 12 data/train/3.tfrecords --json
 
 Every record of every shard is read and checked the way train.py would consume it: the
 file (record_checks/shard_checks: readable to its end), the Example, its features, the
@@ -29,6 +29,8 @@ records and warnings; --json prints everything on stdout. Progress goes to stder
 Exit status: 0 nothing bad (warnings allowed), 1 something bad, 2 bad usage, 143 / 130
 stopped by SIGTERM / Ctrl-C.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import collections
 import json

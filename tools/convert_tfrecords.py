@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """Existing TFRecord shards -> downscaled images, sparse labels or closed labels: the command. The builder, and the whole description of what it
 writes, is mlimages/recordkit/convert_tfrecords.py; every flag is in --help."""
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import sys
 
 from mlimages.errors import stop_raises

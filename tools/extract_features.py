@@ -2,11 +2,11 @@
 """The pooled feature of each image (the input of the logits layer: 2048 values for
 ResNet-50 and deeper, 512 for ResNet-18/34), as the original's feature extraction gave.
 
-    python tools/extract_features.py --checkpoint out/checkpoint \\
+    .venv/bin/python tools/extract_features.py --checkpoint out/checkpoint \\
         --list images.txt --output features.npy          # + features.txt, the image names
-    python tools/extract_features.py --saved_model export/ photos/ -o features.npy
+    .venv/bin/python tools/extract_features.py --saved_model export/ photos/ -o features.npy
     # the original's extract_feature.py, its flags and its text output:
-    python tools/extract_features.py --format original --pretrain_ckpt=./ckpts \
+    .venv/bin/python tools/extract_features.py --format original --pretrain_ckpt=./ckpts \
         --images=imglist.txt --result=test.txt
 
 Writes OUTPUT (.npy, float32, N x D) and a text file with the N image names in row order
@@ -20,6 +20,8 @@ left out of both files. Both files are written under
 temporary names and renamed when complete. The inference code is serving.py's; the model
 and image options are tools/predict.py's.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import sys
 
 import flags

@@ -9,11 +9,15 @@
 #
 # Settings (environment): NUM_GPUS (default "1 2"), DTYPES ("fp32 fp16"), RESNET_SIZE (50),
 # BATCH_SIZE per GPU (32), IMAGE_SIZE (224), VISIABLE_GPU (0; -1 leaves
-# CUDA_VISIBLE_DEVICES as it is), PYTHON (python3), OUT (a new temporary directory).
+# CUDA_VISIBLE_DEVICES as it is), PYTHON (the checkout's .venv/bin/python, else python3),
+# OUT (a new temporary directory).
 # Exit status 0 when every run trained its 3 steps, 1 otherwise.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="${PYTHON:-python3}"
+# The checkout's environment (README's set-up); another Python without the requirements
+# would only say so (mlimages/config/interpreter.py).
+if [ -x "$here/.venv/bin/python" ]; then default_python="$here/.venv/bin/python"; else default_python=python3; fi
+PYTHON="${PYTHON:-$default_python}"
 NUM_GPUS="${NUM_GPUS:-1 2}"
 DTYPES="${DTYPES:-fp32 fp16}"
 RESNET_SIZE="${RESNET_SIZE:-50}"

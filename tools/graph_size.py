@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Size of the training graph against the number of replicas, measured on this machine.
 
-    python tools/graph_size.py                                # ResNet-18, 1/2/4 replicas
-    python tools/graph_size.py --resnet_size 101 --replicas 1 4 --class_num 11166
+    .venv/bin/python tools/graph_size.py                                # ResNet-18, 1/2/4 replicas
+    .venv/bin/python tools/graph_size.py --resnet_size 101 --replicas 1 4 --class_num 11166
 
 For each replica count R a fresh child process splits its CPU into R logical devices and
 builds train.py's real training graph there (training.make_estimator: MirroredStrategy
@@ -24,6 +24,8 @@ MirroredStrategy graph's (a strategy's variables are resource variables with per
 copies, a fixed cost per replica); the table's last column is bytes(R) / (R x bytes(1)). GPU graphs are the same
 ops on other devices, so their size follows the same law.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import json
 import os
@@ -118,7 +120,7 @@ def table(rows):
     return '\n'.join(out)
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(
         prog='graph_size.py', description=__doc__.split('\n\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,7 +131,11 @@ def main(argv=None):
     parser.add_argument('--replicas', type=int, nargs='+', default=[1, 2, 4])
     parser.add_argument('--dtype', default='fp32', choices=('fp32', 'fp16', 'bf16'))
     parser.add_argument('--json', action='store_true', help='one JSON line per count')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     rows = []
     # One replica twice: as train.py --num_gpus=1 builds it (no strategy), and under
     # MirroredStrategy, the base of the linear law.

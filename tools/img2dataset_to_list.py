@@ -28,10 +28,12 @@ redirect to), or listed in --placeholder_hashes. Everything else that succeeded 
 
 OUT is written under a temporary name and renamed when complete.
 
-    python tools/img2dataset_to_list.py download/train download/train_input download/train_list
+    .venv/bin/python tools/img2dataset_to_list.py download/train download/train_input download/train_list
 
 Needs pyarrow (requirements-download.txt).
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import collections
 import errno
 import glob
@@ -317,7 +319,7 @@ def build_parser():
                     'kept); placeholder images are dropped and counted.',
         epilog='Exit status: 0 done, 1 img2dataset left shards failed or unfinished (or '
                'nothing was kept), 2 bad input, 143 / 130 stopped by SIGTERM / Ctrl-C (OUT '
-               'as it was). Next: python tools/make_tfrecords.py '
+               'as it was). Next: .venv/bin/python tools/make_tfrecords.py '
                '-im OUT/images OUT/list.txt -tfs data/ -cls 11166 ...')
     parser.add_argument('download_dir', metavar='DOWNLOAD_DIR',
                         help="img2dataset's --output_folder")

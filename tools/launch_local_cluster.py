@@ -1,12 +1,14 @@
 """Starts a whole TF_CONFIG training cluster of train.py as processes on this machine.
 
-    python tools/launch_local_cluster.py --workers 2 --ps 1 -- --data_dir=... --model_dir=...
-    python tools/launch_local_cluster.py --workers 2 --distribution collective -- ...
+    .venv/bin/python tools/launch_local_cluster.py --workers 2 --ps 1 -- --data_dir=... \
+        --model_dir=...
+    .venv/bin/python tools/launch_local_cluster.py --workers 2 --distribution collective -- ...
 
-Every task (chief, worker, ps) is `python train.py <the flags after -->
---distribution=<ps|collective>` with its own TF_CONFIG, on 127.0.0.1 and free ports
-(below the ephemeral range). --workers counts the training workers: the chief (worker 0,
-which writes the checkpoints and summaries) and --workers - 1 `worker` tasks. The tasks'
+Every task (chief, worker, ps) is `train.py <the flags after -->
+--distribution=<ps|collective>` run by the launcher's own Python, with its own TF_CONFIG,
+on 127.0.0.1 and free ports (below the ephemeral range). --workers counts the training
+workers: the chief (worker 0, which writes the checkpoints and summaries) and --workers - 1
+`worker` tasks. The tasks'
 output is streamed with a prefix `[chief:0]`, `[worker:0]`, `[ps:0]`; each task also writes
 <log_dir>/train_<type>_<index>.log.
 
@@ -37,6 +39,8 @@ the launcher nobody would stop the ps tasks, and a chief whose ps is gone cannot
 anyway (a rerun resumes from the last checkpoint). Exit status 0 when the chief, every
 worker and the evaluator exited 0, 1 otherwise (2 on bad usage).
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import ctypes
 import ctypes.util

@@ -2,10 +2,10 @@
 """Classify images with a trained model: per image the top-k classes with their scores and
 names, and (multi-label, the default) every class whose sigmoid score reaches --threshold.
 
-    python tools/predict.py --checkpoint out/checkpoint --class_dict dictionary.txt photos/
-    python tools/predict.py --saved_model export/ --list images.txt --format jsonl -o out.jsonl
+    .venv/bin/python tools/predict.py --checkpoint out/checkpoint --class_dict dictionary.txt photos/
+    .venv/bin/python tools/predict.py --saved_model export/ --list images.txt --format jsonl -o out.jsonl
     # the original's image_classification.py, its flags and its output text:
-    python tools/predict.py --format original --images=data/im_list_for_classification.txt \
+    .venv/bin/python tools/predict.py --format original --images=data/im_list_for_classification.txt \
         --top_k_pred=5 --model_dir=checkpoints/resnet.ckpt \
         --dictionary=data/imagenet2012_dictionary.txt --result=label_pred.txt
 
@@ -30,6 +30,8 @@ FILE`, JSON objects have `consistent_with`). The same rule applies to the softma
 probabilities of --single_label, which then no longer sum to 1. --format original keeps
 the original's text, which has no place for either: both are usage errors there.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import sys
 
 import flags
@@ -162,7 +164,8 @@ def main(argv=None):
     if not processed:
         error('no image could be processed (%d skipped)' % skipped)
         return 1
-    sys.stderr.write('%s: %d images classified, %d skipped\n' % (PROG, processed, skipped))
+    sys.stderr.write('%s: %d image%s classified, %d skipped\n'
+                     % (PROG, processed, '' if processed == 1 else 's', skipped))
     return 0
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Bytes of variables each ps task holds in --distribution=ps, measured on this machine.
 
-    python tools/ps_placement.py                         # ResNet-101, 11,166 classes
-    python tools/ps_placement.py --resnet_size 50 --ps_tasks 2 4 --class_num 1000
+    .venv/bin/python tools/ps_placement.py                         # ResNet-101, 11,166 classes
+    .venv/bin/python tools/ps_placement.py --resnet_size 50 --ps_tasks 2 4 --class_num 1000
 
 For each count of ps tasks this builds the chief's real training graph (training.
 make_estimator for a TF_CONFIG cluster of a chief, one worker and K ps tasks -- no server
@@ -16,6 +16,8 @@ counters) placed on each /job:ps/task:k:
 The classifier head (logits/dense, class_num x features weights and their slot) is the
 largest variable by far; distribute.Plan.head_shards splits it over the ps tasks.
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import argparse
 import collections
 import contextlib
@@ -92,14 +94,18 @@ def placement(ps_tasks, argv):
     return per_task, tasks
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(
         prog='ps_placement.py', description=__doc__.split('\n\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--resnet_size', type=int, default=101)
     parser.add_argument('--class_num', type=int, default=11166)
     parser.add_argument('--ps_tasks', type=int, nargs='+', default=[2, 4, 8])
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()

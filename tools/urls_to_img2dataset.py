@@ -23,10 +23,12 @@ bounds its memory). Every line is checked first -- the URL's scheme, the label g
 image_lists.py -- and a bad line stops the tool with '<list>:<line>: <what>' before anything
 is written; DIR is written under a temporary name and renamed when complete.
 
-    python tools/urls_to_img2dataset.py train_urls_from_openimages.txt download/train_input
+    .venv/bin/python tools/urls_to_img2dataset.py train_urls_from_openimages.txt download/train_input
 
 Needs pyarrow (requirements-download.txt).
 """
+import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
+runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import os
 import shutil
 import sys

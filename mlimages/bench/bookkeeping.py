@@ -1,8 +1,8 @@
 """The record tools' bookkeeping at many shards, for tools/benchmark.py --bookkeeping:
 each cost before and after issue #23's changes, measured at --bk_shards (20,000) shards.
 
-    python tools/benchmark.py --bookkeeping                  # ~10 min, most of it "before"
-    python tools/benchmark.py --bookkeeping --bk_shards 2000 --bk_lines 50000
+    .venv/bin/python tools/benchmark.py --bookkeeping                  # ~10 min, most of it "before"
+    .venv/bin/python tools/benchmark.py --bookkeeping --bk_shards 2000 --bk_lines 50000
 
 Measured (wall and CPU seconds; the "before" code is restated here as it was):
   list parsing    make_tfrecords --num_shards K on one list. Before, every shard task

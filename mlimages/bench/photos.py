@@ -1,9 +1,9 @@
 """Photo-size records for tools/benchmark.py: what storing images downscaled buys and what
 it costs (issue #15; docs/photos.md has the numbers and the recommended N).
 
-    python tools/benchmark.py --photos                   # originals vs --short_side 320
-    python tools/benchmark.py --photos --cost_sides 224,256,288,320,384,448,512,640
-    python tools/benchmark.py --coverage                 # crop resolution only, no timing
+    .venv/bin/python tools/benchmark.py --photos                   # originals vs --short_side 320
+    .venv/bin/python tools/benchmark.py --photos --cost_sides 224,256,288,320,384,448,512,640
+    .venv/bin/python tools/benchmark.py --coverage                 # crop resolution only, no timing
 
 Speed (--photos): the photograph-like images of pipelines.photo_like at 1-10 MP
 (PHOTO_SIZES, JPEG quality 90) written by make_tfrecords.py, then the same shards after

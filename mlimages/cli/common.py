@@ -21,6 +21,7 @@ import sys
 import tempfile
 import warnings
 
+from mlimages.config import interpreter
 from mlimages.errors import stopped
 from mlimages.cli import progress as _progress
 
@@ -51,8 +52,8 @@ def download_failure(prog, exc, out_dir):
     the download extras) or a KeyboardInterrupt (SIGTERM or Ctrl-C: 128 + the signal; OUT,
     written whole or not at all, left as it was)."""
     if isinstance(exc, ImportError):
-        error_line(prog, '%s; install the download extras: pip install -r '
-                   'requirements-download.txt' % exc)
+        error_line(prog, '%s; install the download extras: %s install -r '
+                   'requirements-download.txt' % (exc, interpreter.pip_command()))
         return 2
     words, status = stopped(exc)
     error_line(prog, '%s; %s was left as it was, rerun the same command' % (words, out_dir))

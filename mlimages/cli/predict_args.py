@@ -51,17 +51,27 @@ def unit_float(text):
     return value
 
 
+class _NamedCheckpoint(argparse._StoreAction):
+    """--checkpoint and its other names: also records which name was given, for the
+    errors about it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.checkpoint_flag = option_string.lstrip('-')
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_model_arguments(parser, defaults):
     """The model (checkpoint or SavedModel) and how to run it; shared with extract_features."""
     group = parser.add_argument_group('model')
     source = group.add_mutually_exclusive_group(required=True)
-    source.add_argument('--checkpoint', metavar='PATH',
+    source.add_argument('--checkpoint', metavar='PATH', action=_NamedCheckpoint,
                         help='a model directory of train.py (its latest checkpoint) or a '
                              'checkpoint path such as out/checkpoint/model.ckpt-44000 (also '
                              'a checkpoint of the original program); --pretrain_ckpt and '
                              '--model_dir are the original programs\' names for it')
     for alias in ('--pretrain_ckpt', '--model_dir'):  # listed in --checkpoint's help
-        source.add_argument(alias, dest='checkpoint', help=argparse.SUPPRESS)
+        source.add_argument(alias, dest='checkpoint', action=_NamedCheckpoint,
+                            help=argparse.SUPPRESS)
     source.add_argument('--saved_model', metavar='DIR',
                         help='a SavedModel: the base directory of train.py --export_dir '
                              '(its highest version) or one <version>/ directory')
@@ -145,6 +155,7 @@ def load_model(serving, args, defaults, top_k=5, settings=None):
         batch_norm_epsilon=settings.get('batch_norm_epsilon', defaults.batch_norm_epsilon),
         data_format=data_format)
     return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
+                                  checkpoint_flag=getattr(args, 'checkpoint_flag', 'checkpoint'),
                                   opts=opts, resnet_size=args.resnet_size,
                                   class_num=args.class_num, top_k=top_k,
                                   preprocess=args.preprocess or serving.DEFAULT_PREPROCESS)

@@ -1,6 +1,6 @@
 """What a run remembers of itself: <model_dir>/flags.txt.
 
-The file is an absl flagfile (`python train.py --flagfile=<model_dir>/flags.txt` reruns
+The file is an absl flagfile (`.venv/bin/python train.py --flagfile=<model_dir>/flags.txt` reruns
 it): one `--name=value` line per flag of train.py (booleans true / false), after
 comment lines naming the program, when, TensorFlow's and Python's versions and the code's
 git commit (when the code is a git checkout). A run that resumes from a checkpoint

@@ -16,9 +16,17 @@ import os
 import sys
 import warnings
 
+from mlimages.config import interpreter
+
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
 SUPPORTED_TENSORFLOW = '2.15.'
-INSTALL = 'pip install -r requirements.txt (tensorflow==2.15.1)'
+
+
+def install():
+    """The command that installs the requirements into this Python."""
+    return '%s install -r requirements.txt (tensorflow==2.15.1)' % interpreter.pip_command()
+
+
 # The Estimator's own interval lines (its LoggingTensorHook and StepCounterHook) and its
 # bookkeeping; checkpoint saves and restores stay in the log.
 ESTIMATOR_LINES = ('loss = ', 'global_step/sec: ', 'Using config: ', 'Calling model_fn',
@@ -50,7 +58,7 @@ def check_python(program, version=None):
 def check_tensorflow(program, version):
     if not version.startswith(SUPPORTED_TENSORFLOW):
         fail(program, 'TensorFlow %s is not supported: this program needs TensorFlow 2.15 '
-             '(the last with tf.estimator); %s' % (version, INSTALL))
+             '(the last with tf.estimator); %s' % (version, install()))
 
 
 TENSORFLOW_DISTRIBUTIONS = ('tensorflow', 'tensorflow-cpu', 'tensorflow-intel',
@@ -74,7 +82,7 @@ def check_versions(program):
     check_python(program)
     version = installed_tensorflow()
     if version is None:
-        fail(program, 'TensorFlow is not installed; %s' % INSTALL)
+        fail(program, 'TensorFlow is not installed; %s' % install())
     check_tensorflow(program, version)
 
 
@@ -96,11 +104,13 @@ def before_tensorflow(program, argv=None):
     try:
         import tensorflow as tf_root
     except ImportError as e:
-        fail(program, 'TensorFlow cannot be imported (%s); %s' % (e, INSTALL))
+        fail(program, 'TensorFlow cannot be imported (%s); %s' % (e, install()))
     check_tensorflow(program, tf_root.__version__)
     if not verbose:
         warnings.filterwarnings('ignore', message='.*is deprecated.*')
         warnings.filterwarnings('ignore', category=DeprecationWarning)
+        # --deterministic: the graph seed seeding the input's random ops is the intent.
+        warnings.filterwarnings('ignore', message='Seed .* from outer graph might be getting')
         logging.getLogger('tensorflow').addFilter(_Quiet())
     return verbose
 

@@ -22,16 +22,17 @@ def resolve_augment_on(augment_on, has_gpu):
 
 
 def parse_record(value, is_training, image_size, class_num, object_cover, area_cover,
-                 label_type, augment_on):
+                 label_type, augment_on, crop_seed=None):
     """A serialized tf.train.Example -> (image [S, S, 3] in [-1, 1], label [class_num]):
     records.parse_example, then image_preprocess.preprocess_encoded. augment_on 'cpu': the
     whole training augmentation here; 'device': the crop, resized and rounded to uint8
     [S, S, 3] -- flip, rotation, colour and the [-1, 1] map then run batched in the model
-    (image_preprocess.network_input)."""
+    (image_preprocess.network_input). crop_seed: the training crop's op seed (its op takes
+    none from the graph)."""
     encoded, label = records.parse_example(value, class_num, label_type)
     image = image_preprocess.preprocess_encoded(
         encoded, image_size, is_training, object_cover, area_cover,
-        on_device=augment_on == 'device')
+        on_device=augment_on == 'device', crop_seed=crop_seed)
     return image, label
 
 
@@ -40,7 +41,8 @@ def input_fn(opts, is_training, files, augment_on, record_shard=None):
 
     opts: the run's flags.Options (batch_size, image_size, class_num, label_type, the
     shuffle buffers, num_preprocess_threads, the training crop's object_cover and
-    area_cover, skip_bad_records, use_synthetic_data, private_threads).
+    area_cover, skip_bad_records, use_synthetic_data, private_threads; deterministic: the
+    crop seeded with random_seed, and TensorFlow's op determinism orders everything).
     Training reads the files in shuffled order, interleaves them, shuffles the records and
     repeats forever; evaluation reads every file once, in order.
     With skip_bad_records, records that fail to parse or decode are dropped and the features
@@ -83,7 +85,8 @@ def input_fn(opts, is_training, files, augment_on, record_shard=None):
         dataset = dataset.flat_map(tf.data.TFRecordDataset)
     parse = lambda value: parse_record(
         value, is_training, opts.image_size, opts.class_num, opts.object_cover,
-        opts.area_cover, opts.label_type, augment_on)
+        opts.area_cover, opts.label_type, augment_on,
+        opts.random_seed if opts.deterministic else None)
     if opts.skip_bad_records:
         dataset = drop_bad_records(dataset, parse, opts.image_size, opts.class_num, parallel,
                                    tf.uint8 if augment_on == 'device' else tf.float32)

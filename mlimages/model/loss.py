@@ -10,6 +10,12 @@ Per class c and step, with labels y [B, C] and logits x [B, C]:
   cross_entropy = sum_c mean_b(ce[b, c] * mask[b, c]) * coef_c
 where ce is sigmoid cross-entropy with positive weight 12 and mask drops labels equal to -1.
 
+Evaluation, one value an image, so that its mean over the val split does not depend on the
+batches it is read in (per_image_cross_entropy): the step's formula for a batch of that
+image alone, the counters as saved and the selection at its expected rate:
+  ce_image[b] = sum_c ce[b, c] * mask[b, c] * coef[b, c],  with pos[b, c] = y[b, c] >= mask_thres
+  and sel_c = neg_select in coef (single labels: the softmax cross-entropy of each image).
+
 L2 terms, l2_loss(v) = sum(v^2) / 2:
   weight_decay * sum l2_loss(v), 'bn' not in v's name
   + bn_weight_decay * weight_decay * sum l2_loss(v), 'bn' in v's name       (weight_decay_loss)
@@ -157,6 +163,17 @@ def multilabel_cross_entropy(labels, logits, mask_thres, neg_select, seed, updat
     return cross_entropy, tensors
 
 
+def per_image_cross_entropy(labels, logits, mask_thres, neg_select):
+    """Evaluation's cross-entropy of each image [B] (the module docstring): the step's
+    formula for that image alone, the counters as saved, sel_c = neg_select."""
+    labels = tf.cast(labels, tf.float32)
+    pos = tf.cast(labels >= mask_thres, tf.float32)
+    pos_count, neg_count = counter_variables(labels.shape[-1])
+    coef = class_coefficients(pos, neg_select, pos_count, neg_count)[2]
+    ce = weighted_sigmoid_cross_entropy(labels, tf.cast(logits, tf.float32))
+    return tf.reduce_sum(ce * ignore_mask(labels) * coef, axis=1)
+
+
 def softmax_cross_entropy(labels, logits):
     """Single-label fine-tuning loss: mean_b( -sum_c y[b, c] * log(softmax(x[b])_c) ).
 
@@ -176,6 +193,14 @@ def cross_entropy_of(opts, labels, logits, update):
         return softmax_cross_entropy(labels, logits), {}
     return multilabel_cross_entropy(labels, logits, opts.mask_thres, opts.neg_select,
                                     opts.random_seed, update=update)
+
+
+def per_image_cross_entropy_of(opts, labels, logits):
+    """Evaluation's cross-entropy of each image [B] for the run (opts: flags.Options)."""
+    if opts.label_type == 'single':
+        return tf.nn.softmax_cross_entropy_with_logits_v2(
+            labels=tf.cast(labels, tf.float32), logits=tf.cast(logits, tf.float32))
+    return per_image_cross_entropy(labels, logits, opts.mask_thres, opts.neg_select)
 
 
 def weight_decay_of(opts, variables):

@@ -1,6 +1,6 @@
 """Rewrite existing TFRecord shards: downscaled images and/or compact labels, shard for shard.
 
-    python tools/convert_tfrecords.py IN OUT --short_side 320 [--label_layout sparse]
+    .venv/bin/python tools/convert_tfrecords.py IN OUT --short_side 320 [--label_layout sparse]
                                       [--hierarchy FILE] [--workers K] [--jpeg_quality Q]
 
 IN is a directory; every `*.tfrecords` file under it (subdirectories included: train/ and

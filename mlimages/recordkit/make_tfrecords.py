@@ -48,7 +48,7 @@ report counts the labels added.
 
 Run from the repository root:
 
-    python tools/make_tfrecords.py -idx image_lists/ -tfs data/ -im images/ -cls 11166
+    .venv/bin/python tools/make_tfrecords.py -idx image_lists/ -tfs data/ -im images/ -cls 11166
 """
 import numbers
 import os
@@ -369,9 +369,26 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
            images_written, summary['images_skipped'])] + closure)
     if skipped and not images_written:
         raise AllImagesSkippedError(
-            'all %d images were skipped (none could be read); see %s'
-            % (len(skipped), report_path), summary)
+            'all %d images were skipped (none could be read); see %s%s'
+            % (len(skipped), report_path, archives_hint(image_root)), summary)
     return summary
+
+
+def archives_hint(image_root, look=200):
+    """'; <image_root> holds tar archives ...: read them with --image_tars' (or ImageNet-1k's
+    own flag) when the first `look` entries of --image_root include a .tar file, else ''."""
+    try:
+        with os.scandir(image_root or '.') as found:
+            tars = sorted(e.name for _, e in zip(range(look), found) if e.name.endswith('.tar'))
+    except OSError:
+        return ''
+    if not tars:
+        return ''
+    flag = next(('--imagenet_%s_tar %s' % (split, os.path.join(image_root, name))
+                 for name in tars for split in ('train', 'val') if '_img_%s' % split in name),
+                '--image_tars %s' % image_root)
+    return ('; --image_root %s holds tar archives (%s): they are read in place with %s '
+            'instead (docs/records.md)' % (image_root, tars[0], flag))
 
 
 def _resolve(plans, by_key, list_files, source, out_dir, workers, note, progress):

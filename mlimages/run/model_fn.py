@@ -17,7 +17,9 @@ Momentum, and the summaries.
 Summaries: images, cross_entropy, train_accuracy, learning_rate, skipped_records and the
 loss's histograms; evaluation metrics are metrics.multilabel_metrics, with the run's
 leaf_mask (train.py --hierarchy) also mAP_leaf over the classes L with leaf_mask true and
-mAP_inner over the others (metrics.masked_mean with M = L, then M = not L).
+mAP_inner over the others (metrics.masked_mean with M = L, then M = not L). Evaluation's
+cross_entropy is the mean over the val images of loss.per_image_cross_entropy: the same at
+any --batch_size (training's is per batch; its positives and selection are the batch's).
 
 The settings come whole, as the run's options (flags.Options: every flag's value), and
 what is derived from them for this run, as a Run.
@@ -133,7 +135,11 @@ def resnet_model_fn(features, labels, mode, opts, run):
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
-    cross_entropy, stats = loss_lib.cross_entropy_of(opts, labels, logits, update=training)
+    if mode == tf.estimator.ModeKeys.EVAL:  # per image: the same figure at any batch size
+        per_image = loss_lib.per_image_cross_entropy_of(opts, labels, logits)
+        cross_entropy, stats = tf.reduce_mean(per_image), {}
+    else:
+        cross_entropy, stats = loss_lib.cross_entropy_of(opts, labels, logits, update=training)
     # With several replicas the step's cross_entropy is the mean over their batches (the
     # loss of the global batch); the gradient comes from each replica's own.
     reported_cross_entropy = distribute.all_reduce_mean(cross_entropy)
@@ -181,7 +187,7 @@ def resnet_model_fn(features, labels, mode, opts, run):
             'diverged model, or one trained too briefly for its batch-norm moving averages)')
         eval_metrics = metrics.multilabel_metrics(
             labels, scores, opts.mask_thres, class_masks=hierarchy_masks(run.leaf_mask))
-        eval_metrics['cross_entropy'] = tf.metrics.mean(cross_entropy)
+        eval_metrics['cross_entropy'] = tf.metrics.mean(per_image)
     scaffold = None
     if run.legacy_counters:
         # Built last: the saver must see every variable, the Momentum slots included.

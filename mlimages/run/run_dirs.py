@@ -4,10 +4,11 @@ temporary leftovers of a killed run.
 
 Lock: fcntl.flock on <dir>/.lock held for the life of the process; the kernel releases it
 when the process ends however it ends (SIGKILL included), so a killed run never leaves a
-stale lock. The holder writes `pid P on host H since T` into the file for the one line a
+stale lock, and a process that exits through the interpreter removes the file. The holder writes `pid P on host H since T` into the file for the one line a
 second writer gets. (flock works across hosts on NFSv4 and most cluster file systems;
 where it does not, the lock only guards one host.)
 """
+import atexit
 import datetime
 import errno
 import fcntl
@@ -64,6 +65,7 @@ def hold_lock(directory, what):
     os.pwrite(fd, ('pid %d on host %s since %s\n' % (os.getpid(), socket.gethostname(),
                                                      now)).encode(), 0)
     _held[os.path.realpath(directory)] = fd
+    atexit.register(release_lock, directory)  # no .lock left behind after a clean exit
 
 
 def release_lock(directory):

@@ -16,6 +16,7 @@ import signal
 
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
+from tensorflow.python.framework import config as tf_config
 
 from mlimages.run import checkpoints
 from mlimages.distributed import cluster_flags
@@ -33,7 +34,7 @@ from mlimages.run import preemption
 from mlimages.data import records
 import resnet
 from mlimages.run import run_dirs
-from mlimages.config import run_settings
+from mlimages.config import interpreter, run_settings
 from mlimages.errors import PeerLost, TrainingError, UsageError, op_error_text
 
 PROGRAM = 'train.py'  # the prefix of the line a second signal writes
@@ -153,6 +154,7 @@ def make_estimator(opts, run, plan=None):
     filters = (['/job:ps', '/job:%s/task:%d' % (plan.task.type, plan.task.index)]
                if cluster_member and plan.distribution == 'ps' else [])
     run_config = tf.estimator.RunConfig(
+        tf_random_seed=opts.random_seed if opts.deterministic else None,
         save_checkpoints_steps=opts.snapshot, keep_checkpoint_max=opts.max_to_keep,
         save_summary_steps=opts.summary_interval or opts.log_interval,
         log_step_count_steps=opts.log_interval,
@@ -208,19 +210,22 @@ def format_metrics(results):
                      if k != 'global_step')
 
 
+def evaluation_checkpoint(opts):
+    """--checkpoint_path, else the latest checkpoint of --model_dir; raises UsageError."""
+    if opts.checkpoint_path:
+        return checkpoints.resolve_checkpoint(opts.checkpoint_path, 'checkpoint_path')
+    if not checkpoints.latest_checkpoint(opts.model_dir):
+        raise UsageError('no checkpoint to evaluate in --model_dir=%s (give '
+                         '--checkpoint_path)' % opts.model_dir)
+    return checkpoints.resolve_checkpoint(opts.model_dir, 'model_dir')
+
+
 def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
     """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
     Without an estimator: --checkpoint_path, else the latest in --model_dir."""
     if estimator is None:
         files = evaluation_files(opts)
-        if opts.checkpoint_path:
-            checkpoint_path = checkpoints.resolve_checkpoint(opts.checkpoint_path,
-                                                             'checkpoint_path')
-        elif not checkpoints.latest_checkpoint(opts.model_dir):
-            raise UsageError('no checkpoint to evaluate in --model_dir=%s (give '
-                             '--checkpoint_path)' % opts.model_dir)
-        else:
-            checkpoint_path = checkpoints.resolve_checkpoint(opts.model_dir, 'model_dir')
+        checkpoint_path = evaluation_checkpoint(opts)
         log_to_file(opts.log_dir)
         estimator = make_estimator(opts, model_run(opts, data_format(opts)))
     checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
@@ -267,8 +272,8 @@ def remember_settings(model_dir, settings):
             tf.logging.warning('resuming %s with other flags than its last run (before -> '
                                'now): %s', model_dir, ', '.join(changed))
     path = run_settings.save(model_dir, header, lines)
-    tf.logging.info('flags of this run in %s (rerun: python train.py --flagfile=%s)',
-                    path, path)
+    tf.logging.info('flags of this run in %s (rerun: %s train.py --flagfile=%s)',
+                    path, interpreter.python_command(), path)
 
 
 def train(opts, settings=None, extra_hooks=()):
@@ -319,10 +324,11 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('data_format %s, ResNet-%d, %d classes, batch %d, image %d',
                     layout, opts.resnet_size, opts.class_num, opts.batch_size,
                     opts.image_size)
-    tf.logging.info('augmentation on %s, %s, dtype %s, XLA %s%s',
+    tf.logging.info('augmentation on %s, %s, dtype %s, XLA %s%s%s',
                     augment_on(opts), devices.describe_decode_threads(opts.num_preprocess_threads),
                     opts.dtype, 'on' if opts.xla else 'off',
-                    ', synthetic data (no file is read)' if opts.use_synthetic_data else '')
+                    ', synthetic data (no file is read)' if opts.use_synthetic_data else '',
+                    ', deterministic (seed %d)' % opts.random_seed if opts.deterministic else '')
     if opts.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', opts.lr)
@@ -345,7 +351,8 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
                     opts.max_iter if opts.max_iter > 0 else 'infinity', opts.model_dir)
     try:
-        with preempt if plan.trains else contextlib.nullcontext():
+        with preempt if plan.trains else contextlib.nullcontext(), \
+                op_determinism(opts.deterministic):
             if plan.task is not None and plan.task.type == 'ps':
                 serve_ps(estimator, plan, watch)
                 return estimator
@@ -370,8 +377,25 @@ def train(opts, settings=None, extra_hooks=()):
         raise failures.interrupted(preempt, opts, plan, tracker.last_step)
     if plan.distribution == 'ps':  # the ps tasks end once the chief and workers are done
         ps_server.report_done(plan.task.cluster, plan.worker_id, tf.logging.warning)
-    tf.logging.info('done; TensorBoard: tensorboard --logdir %s', opts.model_dir)
+    tf.logging.info('done; TensorBoard: %s --logdir %s', interpreter.script_command(
+        'tensorboard'), opts.model_dir)
     return estimator
+
+
+@contextlib.contextmanager
+def op_determinism(enabled):
+    """--deterministic: TensorFlow's op determinism while training (process-wide; as
+    tf.config.experimental.enable_op_determinism, which compat.v1 does not name, and off
+    again after: graphs built later, an export's, have no graph seed). make_estimator's
+    graph seed seeds every random op, input_fn the crop's."""
+    if not enabled:
+        yield
+        return
+    tf_config.enable_op_determinism()
+    try:
+        yield
+    finally:
+        tf_config.disable_op_determinism()
 
 
 def peer_watch(opts, plan):

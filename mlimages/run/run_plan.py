@@ -1,0 +1,210 @@
+"""A training run's plan without running it (tools/plan_run.py): what train.py's flags
+imply for the job, from the same code the run uses.
+
+    global batch  B = --batch_size x GPUs a worker x synchronous workers
+                  (distribute.plan after cluster_flags.setup: --worker_hosts, TF_CONFIG, Slurm)
+    epoch         N / B steps, N the training images (--train_images, else the records.txt
+                  of <data_dir>/train)
+    learning rate lr_schedule.learning_rate_of at every step: the warm-up stairs, then the
+                  decays (piecewise: after lr_decay_step x 1..4; exponential: every
+                  lr_decay_step); the curve as a PNG
+    checkpoints   one at step 0, every --snapshot steps and at --max_iter, the newest
+                  --max_to_keep kept; each holds 4 bytes a value of the model's variables,
+                  one Momentum slot a trained variable, the loss counters (2 x class_num,
+                  multi-label) and the int64 step
+    wall time     B x max_iter images at a given images/s, or the images/s a wall time needs
+"""
+import functools
+import math
+import os
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+import file_db
+import resnet
+from mlimages.distributed import cluster_flags, distribute
+from mlimages.errors import UsageError
+from mlimages.model import lr_schedule
+from mlimages.run import checkpoints
+
+GiB = 1024.0 ** 3
+
+
+def job(opts, environ):
+    """(distribute.Plan of the job as worker --worker_id sees it, GPUs a worker): the
+    cluster from the flags or `environ` (a copy: it is written to), GPUs as the flags ask
+    (none are needed here); raises UsageError."""
+    cluster_flags.setup(opts, environ)
+    try:
+        plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num,
+                               opts.worker_id, opts.batch_size, opts.num_gpus, environ)
+        distribute.check_all_reduce_alg(opts.all_reduce_alg, plan.distribution)
+    except distribute.ConfigError as e:
+        raise UsageError(str(e))
+    return plan, plan.replicas
+
+
+def training_images(opts, given=None):
+    """N: `given` (--train_images), else the records.txt count of <data_dir>/train."""
+    if given:
+        return given
+    try:
+        count = file_db.record_count(file_db.list_shards(opts.data_dir, 'train',
+                                                         opts.file_pattern))
+    except file_db.DataError:
+        count = None
+    if not count:
+        raise UsageError('how many training images? give --train_images N (--data_dir=%s '
+                         'has no train/ shards listed in records.txt)' % opts.data_dir)
+    return count
+
+
+def learning_rates(opts, steps):
+    """The run's learning rate (lr_schedule.learning_rate_of) at each of `steps`."""
+    with tf.Graph().as_default():
+        step = tf.placeholder(tf.int64, [])
+        lr = lr_schedule.learning_rate_of(opts, step)
+        with tf.Session() as session:
+            return np.array([session.run(lr, {step: s}) for s in steps], np.float64)
+
+
+def change_steps(opts):
+    """The steps at which the learning rate changes, before --max_iter (a step trains with
+    the rate of the global step it starts at: 0 to max_iter - 1)."""
+    changes = []
+    if opts.warmup > 0:
+        changes += list(range(opts.lr_warmup_decay_step, opts.warmup,
+                              opts.lr_warmup_decay_step)) + [opts.warmup]
+    if opts.lr_decay_step:
+        if opts.lr_schedule == 'exponential':
+            decays = range(opts.lr_decay_step, opts.max_iter + 1, opts.lr_decay_step)
+        else:  # piecewise: the new rate from the step after each boundary
+            decays = [b + 1 for b in lr_schedule.decay_boundaries(opts.lr_decay_step)]
+        changes += [s for s in decays if s > opts.warmup]
+    return sorted(s for s in set(changes) if 0 < s < opts.max_iter)
+
+
+@functools.lru_cache(maxsize=4)
+def model_shapes(resnet_size):
+    """{variable name: shape} of a ResNet of one class (its graph is built once a depth)."""
+    return checkpoints.model_variable_shapes(resnet_size, 1, 64, 'channels_last')
+
+
+def model_values(resnet_size, class_num):
+    """{variable name: values} of the model's variables; the head's are features x
+    class_num and class_num."""
+    values = {name: int(np.prod(shape)) for name, shape in model_shapes(resnet_size).items()}
+    features = model_shapes(resnet_size)['logits/dense/kernel'][0]
+    values.update({'logits/dense/kernel': features * class_num, 'logits/dense/bias': class_num})
+    return values
+
+
+def checkpoint_bytes(opts):
+    """Bytes of one checkpoint's data (the module docstring's sum)."""
+    values = model_values(opts.resnet_size, opts.class_num)
+    trained = [name for name in values if 'moving_' not in name and (
+        not opts.FixBlock2 or any(part in name for part in resnet.FIXBLOCK2_TRAINED))]
+    slots = sum(values[name] for name in trained) if opts.optimizer == 'mom' else 0
+    counters = 2 * opts.class_num if opts.label_type == 'multi' else 0
+    return 4 * (sum(values.values()) + slots + counters) + 8
+
+
+def checkpoint_saves(opts):
+    """Checkpoints a run from step 0 saves: at 0, every --snapshot steps, at --max_iter."""
+    return 1 + opts.max_iter // opts.snapshot + (1 if opts.max_iter % opts.snapshot else 0)
+
+
+def plan_lines(opts, plan, gpus, images, hours=None, images_per_sec=None):
+    """The plan as text lines (train.py's Options opts, job() -> plan, gpus)."""
+    if opts.max_iter <= 0:
+        raise UsageError('--max_iter=%d: a run without an end has no plan' % opts.max_iter)
+    batch = plan.images_per_global_step
+    per_epoch = images / float(batch)
+    epochs = lambda steps: steps / per_epoch
+    workers = plan.worker_num if plan.distribution != 'none' else 1
+    lines = ['job: %s, %d worker%s x %d GPU%s x batch %d = %s images a global step' % (
+        plan.distribution if plan.distribution != 'none' else 'one process', workers,
+        's' if workers > 1 else '', gpus, 's' if gpus > 1 else '', opts.batch_size,
+        '{:,}'.format(batch))
+        + (' (asynchronous: each worker\'s step is a global step)'
+           if plan.distribution == 'ps' else '')]
+    lines.append('data: {:,} training images: {:,.1f} steps an epoch'.format(images, per_epoch))
+    lines.append('steps: --max_iter={:,} = {:.2f} epochs, {:,} images'.format(
+        opts.max_iter, epochs(opts.max_iter), opts.max_iter * batch))
+    changes = change_steps(opts)
+    rates = learning_rates(opts, [0] + changes)
+    if opts.warmup > 0:
+        stairs = math.ceil(opts.warmup / float(opts.lr_warmup_decay_step))
+        lines.append('warm-up: steps 0-%s (%.2f epochs), %d stairs of %s steps (%.2f epochs), '
+                     'lr %g x %g^k: %.4g to %.4g, then %.4g' % (
+                         '{:,}'.format(opts.warmup - 1), epochs(opts.warmup), stairs,
+                         '{:,}'.format(opts.lr_warmup_decay_step),
+                         epochs(opts.lr_warmup_decay_step),
+                         opts.lr_warmup, opts.lr_warmup_decay_factor, rates[0],
+                         learning_rates(opts, [opts.warmup - 1])[0],
+                         learning_rates(opts, [opts.warmup])[0]))
+    decays = [(s, r) for s, r in zip(changes, rates[1:]) if s > opts.warmup or not opts.warmup]
+    lines.append('decay: %s, lr %.4g%s' % (opts.lr_schedule, learning_rates(
+        opts, [max(opts.warmup, 0)])[0], ''.join(
+            '; step {:,} (epoch {:.2f}): {:.4g}'.format(s, epochs(s), r) for s, r in decays) or
+        ' throughout (no decay before --max_iter)'))
+    size = checkpoint_bytes(opts)
+    saves = checkpoint_saves(opts)
+    kept = min(saves, opts.max_to_keep)
+    lines.append('checkpoints: every %s steps (%.2f epochs), %d saved, the newest %d kept '
+                 '(--max_to_keep): %.2f GiB each (ResNet-%d, %d classes), %.1f GiB on disk '
+                 'at the end (+ a graph .meta each)' % (
+                     '{:,}'.format(opts.snapshot), epochs(opts.snapshot), saves, kept, size / GiB,
+                     opts.resnet_size, opts.class_num, kept * size / GiB))
+    total = opts.max_iter * batch
+    if hours:
+        needed = total / (hours * 3600.0)
+        lines.append('wall time %g h needs %.0f images/s (%.1f a GPU)' % (
+            hours, needed, needed / (workers * gpus)))
+    if images_per_sec:
+        lines.append('at %g images/s: %.1f h (%.1f days)' % (
+            images_per_sec, total / images_per_sec / 3600.0,
+            total / images_per_sec / 86400.0))
+    return lines
+
+
+def curve_steps(opts, points=800):
+    """The steps trained (0 to max_iter - 1) to draw the learning rate at: evenly spread,
+    and both sides of every change."""
+    steps = set(np.linspace(0, opts.max_iter - 1, points).astype(int).tolist())
+    for s in change_steps(opts):
+        steps.update((s - 1, s))
+    return sorted(s for s in steps if 0 <= s < opts.max_iter)
+
+
+def draw_curve(path, steps, rates, per_epoch, title):
+    """The learning rate against the epoch (log scale) as a PNG at `path` (Pillow)."""
+    from PIL import Image, ImageDraw
+    width, height, left, right, top, bottom = 900, 420, 80, 30, 40, 50
+    image = Image.new('RGB', (width, height), 'white')
+    draw = ImageDraw.Draw(image)
+    epochs = np.asarray(steps) / per_epoch
+    low, high = math.log10(min(rates)) - 0.1, math.log10(max(rates)) + 0.1
+    x = lambda e: left + (width - left - right) * e / max(epochs[-1], 1e-9)
+    y = lambda r: top + (height - top - bottom) * (high - math.log10(r)) / (high - low)
+    draw.rectangle([left, top, width - right, height - bottom], outline='black')
+    for power in range(math.floor(low), math.ceil(high) + 1):
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10.0 ** power
+            if low <= math.log10(value) <= high:
+                draw.line([left, y(value), width - right, y(value)], fill=(225, 225, 225))
+                draw.text((5, y(value) - 6), '%g' % value, fill='black')
+    tick = next(t for t in (m * 10 ** k for k in range(-1, 6) for m in (1, 2, 5))
+                if epochs[-1] / t <= 12)
+    for e in np.arange(0, epochs[-1] + 1e-9, tick):
+        draw.line([x(e), height - bottom, x(e), height - bottom + 5], fill='black')
+        draw.text((x(e) - 8, height - bottom + 8), '%g' % e, fill='black')
+    draw.text((width / 2 - 30, height - 20), 'epoch', fill='black')
+    draw.text((left, 12), title, fill='black')
+    corners = []  # a staircase: each rate holds until the next step drawn
+    for e, next_e, r in zip(epochs, list(epochs[1:]) + [epochs[-1]], rates):
+        corners += [(x(e), y(r)), (x(next_e), y(r))]
+    draw.line(corners, fill=(200, 30, 30), width=2)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    image.save(path)
