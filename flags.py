@@ -278,8 +278,14 @@ _string(G, 'piclist', '', '--mode=predict: the images to classify: a list file (
         'files, recursively).')
 _int(G, 'top_k', 5, '--mode=predict: classes listed per image; the SavedModel of '
      '--export_dir outputs the top min(top_k, class_num).')
-_float(G, 'threshold', 0.5, '--mode=predict: also list every class with sigmoid score >= '
-       'this (flagged positive).')
+_string(G, 'threshold', '0.5',
+        'A number in [0, 1] or calibrated. --mode=predict: also list every class with sigmoid '
+        'score >= it (flagged positive); export: the SavedModel\'s positives output; eval: '
+        'the threshold of micro_f1 / macro_f1. calibrated: the per-class thresholds of the '
+        'thresholds.txt beside the checkpoint; with --mode=eval, choose them: each class\'s '
+        'threshold maximizes its F1 on the evaluated batches (classes without a positive '
+        'keep 0.5), written to thresholds.txt beside the checkpoint, and micro / macro F1 '
+        'reported at 0.5 and at them.')
 _string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images dictionary (a '
         'category_index header, then index, category id, parent index and name per class) '
         'or one name per line.')
@@ -359,6 +365,15 @@ def _augment_on(name, value):
     return '--augment_on must be %s or %s, got %r' % (', '.join(choices[:-1]), choices[-1], value)
 
 
+def _threshold(name, value):
+    if value == 'calibrated':
+        return None
+    try:
+        return checks.fraction(name, float(value))
+    except ValueError:
+        return '--threshold must be a number in [0, 1] or calibrated, got %r' % value
+
+
 def _preprocess(name, value):
     return None if value in checks.owned('mlimages.inference.serving', 'PREPROCESSING') else (
         '--preprocess must be original (the original\'s inference) or eval (the evaluation '
@@ -416,7 +431,7 @@ CHECKS = {
     'eval_throttle_secs': checks.at_least(0),
     'peer_timeout': checks.at_least(0, '0 = wait forever'),
     'top_k': checks.positive,
-    'threshold': checks.fraction,
+    'threshold': _threshold,
     'preprocess': _preprocess,
 }
 
@@ -431,6 +446,9 @@ def _rules(o):
         (o.mode == 'export' and not o.export_dir, '--mode=export needs --export_dir'),
         (bool(o.export_dir) and o.mode not in ('train', 'train_and_eval', 'export'),
          '--export_dir goes with --mode=export, train or train_and_eval, not --mode=%s' % o.mode),
+        (o.threshold == 'calibrated' and o.mode not in ('eval', 'predict', 'export'),
+         '--threshold=calibrated goes with --mode=eval (which chooses the thresholds), '
+         'predict or export, not --mode=%s' % o.mode),
         (o.warmup > 0 and o.lr_warmup_decay_step <= 0,
          '--warmup=%d needs --lr_warmup_decay_step > 0 (got %d)' % (o.warmup,
                                                                     o.lr_warmup_decay_step)),

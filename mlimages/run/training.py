@@ -17,6 +17,7 @@ import signal
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from mlimages.run import calibration
 from mlimages.run import checkpoints
 from mlimages.distributed import cluster_flags
 from mlimages.distributed import devices
@@ -210,7 +211,11 @@ def format_metrics(results):
 
 def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
     """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
-    Without an estimator: --checkpoint_path, else the latest in --model_dir."""
+    Without an estimator: --checkpoint_path, else the latest in --model_dir; with
+    --threshold=calibrated also chooses the thresholds per class on these batches
+    (calibration.calibrate: thresholds.txt beside the checkpoint, F1 global vs calibrated
+    in the metrics)."""
+    collector = None
     if estimator is None:
         files = evaluation_files(opts)
         if opts.checkpoint_path:
@@ -222,7 +227,11 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
         else:
             checkpoint_path = checkpoints.resolve_checkpoint(opts.model_dir, 'model_dir')
         log_to_file(opts.log_dir)
-        estimator = make_estimator(opts, model_run(opts, data_format(opts)))
+        run = model_run(opts, data_format(opts))
+        if opts.threshold == calibration.CALIBRATED:
+            collector = calibration.ScoreCollector()
+            run = run._replace(score_hook=collector.hook)
+        estimator = make_estimator(opts, run)
     checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
     checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
     try:
@@ -233,6 +242,14 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
         raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
     tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
                     results['global_step'], opts.test_iter or 'all', format_metrics(results))
+    if collector is not None:
+        found, _, lines = calibration.calibrate(
+            collector, checkpoint_path, opts.mask_thres, opts.threshold,
+            '%s val batches of %s (%s)' % (opts.test_iter or 'all', opts.data_dir,
+                                          os.path.basename(checkpoint_path)))
+        results.update(found)
+        for line in lines:
+            tf.logging.info('%s', line)
     return results
 
 
