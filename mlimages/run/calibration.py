@@ -2,9 +2,11 @@
 --threshold=calibrated`, kept beside the checkpoint as thresholds.txt, used by prediction
 (`--threshold=calibrated`) and built into the SavedModel's `positives` output.
 
-    evaluation  every batch's labels and sigmoid scores collected (ScoreCollector, through
-                model_fn.Run.score_hook: N x C x 4 bytes each, 1.8 GB for 50,000 images of
-                11,166 classes), then per class c the threshold t_c that maximizes its F1 on
+    evaluation  every batch's sigmoid scores (float32) and labels, as int8 codes: 1
+                positive (label >= mask_thres), 0 negative, -1 ignored, collected
+                (ScoreCollector, through model_fn.Run.score_hook: N x C x 5 bytes, 2.8 GB for
+                50,000 images of 11,166 classes, twice that while they are joined), then per
+                class c the threshold t_c that maximizes its F1 on
                 them (metrics.f1_optimal_thresholds; classes without a positive keep the
                 global --threshold), micro / macro F1 at the global threshold and at t
                 (metrics.micro_f1 / macro_f1 over the collected arrays)
@@ -36,20 +38,33 @@ def global_threshold(text):
     return metrics.F1_THRESHOLD if text == CALIBRATED else float(text)
 
 
-class ScoreCollector(object):
-    """The labels and scores of every evaluation batch, as numpy arrays; `hook` is
-    model_fn.Run.score_hook (called with the batch's labels and scores tensors)."""
+# The mask_thres of the label codes: 1 >= it > 0.
+CODE_THRES = 0.5
 
-    def __init__(self):
-        self.labels, self.scores = [], []
+
+class ScoreCollector(object):
+    """The label codes and scores of every evaluation batch (module docstring), as numpy
+    arrays; `hook` is model_fn.Run.score_hook (called with the batch's labels and scores
+    tensors)."""
+
+    def __init__(self, mask_thres):
+        self.mask_thres = np.float32(mask_thres)
+        self.codes, self.scores = [], []
 
     def hook(self, labels, scores):
         return _CollectHook(self, labels, scores)
 
+    def add(self, labels, scores):
+        self.codes.append(np.where(labels == -1.0, -1, labels >= self.mask_thres)
+                          .astype(np.int8))
+        self.scores.append(np.asarray(scores, np.float32))
+
     def arrays(self):
-        """(labels [N, C] float32, scores [N, C] float32) of the batches so far."""
-        return (np.concatenate(self.labels).astype(np.float32),
-                np.concatenate(self.scores).astype(np.float32))
+        """(label codes [N, C] int8, scores [N, C] float32) of the batches so far; the
+        batches themselves are let go."""
+        codes, scores = np.concatenate(self.codes), np.concatenate(self.scores)
+        self.codes, self.scores = [], []
+        return codes, scores
 
 
 class _CollectHook(tf.train.SessionRunHook):
@@ -61,14 +76,12 @@ class _CollectHook(tf.train.SessionRunHook):
         return tf.train.SessionRunArgs(self._fetches)
 
     def after_run(self, run_context, run_values):
-        labels, scores = run_values.results
-        self._collector.labels.append(labels)
-        self._collector.scores.append(scores)
+        self._collector.add(*run_values.results)
 
 
 def f1_scores(labels, scores, thresholds, mask_thres, batch=4096):
     """{'micro_f1', 'macro_f1'} of metrics.micro_f1 / macro_f1 at `thresholds` (a number
-    or one per class) over numpy labels and scores [N, C], fed in batches."""
+    or one per class) over numpy labels (or codes) and scores [N, C], fed in batches."""
     with tf.Graph().as_default():
         y = tf.placeholder(tf.float32, [None, labels.shape[1]])
         s = tf.placeholder(tf.float32, [None, labels.shape[1]])
@@ -83,16 +96,16 @@ def f1_scores(labels, scores, thresholds, mask_thres, batch=4096):
             return session.run({key: value for key, (value, _) in found.items()})
 
 
-def calibrate(collector, checkpoint_path, mask_thres, threshold, what):
+def calibrate(collector, checkpoint_path, threshold, what):
     """Chooses the thresholds of the collected batches, writes them as thresholds.txt
     beside checkpoint_path and returns ({'micro_f1_calibrated', 'macro_f1_calibrated',
     'micro_f1_global', 'macro_f1_global'}, path, the log lines). what: the images, in
     words, for the file's header."""
-    labels, scores = collector.arrays()
+    codes, scores = collector.arrays()
     default = global_threshold(threshold)
-    chosen, f1, positives = metrics.f1_optimal_thresholds(labels, scores, mask_thres, default)
-    before = f1_scores(labels, scores, default, mask_thres)
-    after = f1_scores(labels, scores, chosen, mask_thres)
+    chosen, f1, positives = metrics.f1_optimal_thresholds(codes, scores, CODE_THRES, default)
+    before = f1_scores(codes, scores, default, CODE_THRES)
+    after = f1_scores(codes, scores, chosen, CODE_THRES)
     results = {}
     for key in ('micro_f1', 'macro_f1'):
         results[key + '_global'] = before[key]
@@ -101,17 +114,18 @@ def calibrate(collector, checkpoint_path, mask_thres, threshold, what):
     summary = ('micro F1 %.4f -> %.4f, macro F1 %.4f -> %.4f (global %g -> calibrated; on the '
                '%d images they were chosen on)' % (
                    before['micro_f1'], after['micro_f1'], before['macro_f1'],
-                   after['macro_f1'], default, len(labels)))
+                   after['macro_f1'], default, len(codes)))
     header = [
         'per-class thresholds of train.py --mode=eval --threshold=calibrated: each class\'s '
-        'maximizes its F1 on %s' % what,
+        'threshold maximizes its F1 on %s' % what,
         '%d of %d classes calibrated; %d without a positive keep the global %g (mask_thres %g)'
-        % (calibrated, len(chosen), len(chosen) - calibrated, default, mask_thres),
+        % (calibrated, len(chosen), len(chosen) - calibrated, default, collector.mask_thres),
         summary]
     path = os.path.join(os.path.dirname(checkpoint_path), FILE_NAME)
     write(path, chosen, f1, positives, os.path.basename(checkpoint_path), header)
     lines = ['thresholds per class: %d of %d classes calibrated on %d images, written to %s'
-             % (calibrated, len(chosen), len(labels), path), 'F1 per class: ' + summary]
+             % (calibrated, len(chosen), len(codes), path),
+             'F1 at the global vs the calibrated thresholds: ' + summary]
     return results, path, lines
 
 
@@ -170,7 +184,8 @@ def for_checkpoint(checkpoint_path, class_num, flag='--threshold=calibrated'):
     if path is None:
         raise UsageError(
             '%s: no %s beside %s; choose them on the validation split first: python train.py '
-            '--mode=eval --threshold=calibrated --checkpoint_path=%s' % (
+            '--mode=eval --threshold=calibrated --checkpoint_path=%s --data_dir=DIR (the '
+            'records with val/)' % (
                 flag, FILE_NAME, checkpoint_path, checkpoint_path))
     values, chosen_for = read(path, class_num)
     warnings = []

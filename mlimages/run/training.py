@@ -229,7 +229,7 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
         log_to_file(opts.log_dir)
         run = model_run(opts, data_format(opts))
         if opts.threshold == calibration.CALIBRATED:
-            collector = calibration.ScoreCollector()
+            collector = calibration.ScoreCollector(opts.mask_thres)
             run = run._replace(score_hook=collector.hook)
         estimator = make_estimator(opts, run)
     checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
@@ -244,7 +244,7 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
                     results['global_step'], opts.test_iter or 'all', format_metrics(results))
     if collector is not None:
         found, _, lines = calibration.calibrate(
-            collector, checkpoint_path, opts.mask_thres, opts.threshold,
+            collector, checkpoint_path, opts.threshold,
             '%s val batches of %s (%s)' % (opts.test_iter or 'all', opts.data_dir,
                                           os.path.basename(checkpoint_path)))
         results.update(found)
