@@ -60,6 +60,7 @@ def main(argv=None):
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     onnx_export = common.checkout_module('mlimages.inference.onnx_export')
+    common.tensorflow().get_logger().setLevel('ERROR')
     missing = onnx_export.missing_extras()
     if missing:
         common.error_line(PROG, '%s not installed; install the ONNX extras: %s'
