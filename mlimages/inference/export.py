@@ -88,8 +88,9 @@ def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
         assets = {saved_models.PREPROCESSING_FILE:
                   serving.preprocessing_line(preprocess, opts.image_size),
                   saved_models.SIGNATURES_FILE: signatures_text(
-                      opts, top_k, preprocess, 'the per-class thresholds of thresholds.txt'
-                      if calibrated else '%g' % thresholds)}
+                      signatures, preprocess, opts.image_size,
+                      'the per-class thresholds of thresholds.txt' if calibrated
+                      else '%g' % thresholds)}
         if flags_lines is not None:
             assets[saved_models.FLAGS_FILE] = '\n'.join(flags_lines)
         os.makedirs(os.path.join(building, saved_models.ASSETS))
@@ -104,27 +105,40 @@ def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
     return target
 
 
-def signatures_text(opts, top_k, preprocess, positives):
-    """assets.extra/signatures.txt: what each signature takes and gives."""
-    s, c, k = opts.image_size, opts.class_num, min(top_k, opts.class_num)
-    return '\n'.join([
-        'signature %s (tag serve): input images, string [N]: encoded image files (JPEG, '
-        'PNG, GIF, BMP), each through %s' % (serving.SIGNATURE_KEY,
-                                            serving.preprocessing_line(preprocess, s)),
-        '  scores         float32 [N, %d]  sigmoid of the logits' % c,
-        '  probabilities  float32 [N, %d]  softmax of the logits' % c,
-        '  top_k_classes  int64 [N, %d]    the best classes by score, best first (-1 where '
-        'not valid)' % k,
-        '  top_k_scores   float32 [N, %d]  their scores' % k,
-        '  features       float32 [N, D]   the pooled feature, the input of the logits layer',
-        '  positives      bool [N, %d]     scores >= %s' % (c, positives),
-        '  valid          bool [N]         the image decoded; false: its row is zeros and '
-        'the rest of the batch is answered',
-        'signature %s (tag serve): input images, float32 [N, %d, %d, 3]: the network input '
-        'after the preprocessing above, NHWC, RGB, (pixel / 255 - 0.5) x 2 in [-1, 1]'
-        % (serving.FLOAT_SIGNATURE_KEY, s, s),
-        '  scores, probabilities, features as above (no decoding: tf2onnx converts it, '
-        'tools/export_onnx.py)'])
+# What each output of signatures.txt is.
+MEANING = {
+    'scores': 'sigmoid of the logits',
+    'probabilities': 'softmax of the logits',
+    'top_k_classes': 'the best classes by score, best first (-1 where not valid)',
+    'top_k_scores': 'their scores',
+    'features': 'the pooled feature, the input of the logits layer',
+    'positives': 'scores >= %s, and valid',
+    'valid': 'the image decoded; false: its row is zeros, the rest of the batch is answered',
+}
+
+
+def signatures_text(signatures, preprocess, image_size, positives):
+    """assets.extra/signatures.txt: what each signature of build_inference_graph takes and
+    gives (types and shapes from the graph; positives: the thresholds, in words)."""
+    def shape(tensor):
+        return '[%s]' % ', '.join('N' if d is None else str(d)
+                                  for d in tensor.shape.as_list())
+
+    images, outputs = signatures[serving.SIGNATURE_KEY]
+    float_images, float_outputs = signatures[serving.FLOAT_SIGNATURE_KEY]
+    lines = ['signature %s (tag serve): input %s, string %s: encoded image files (JPEG, PNG, '
+             'GIF, BMP), each through %s' % (serving.SIGNATURE_KEY, serving.INPUT_KEY,
+                                             shape(images),
+                                             serving.preprocessing_line(preprocess, image_size))]
+    for key, tensor in sorted(outputs.items(), key=lambda item: list(MEANING).index(item[0])):
+        lines.append('  %-14s %-8s %-10s %s' % (key, tensor.dtype.name, shape(tensor),
+                                                MEANING[key].replace('%s', positives)))
+    lines.append('signature %s (tag serve): input %s, float32 %s: the network input after '
+                 'the preprocessing above, NHWC, RGB, (pixel / 255 - 0.5) x 2 in [-1, 1]; '
+                 'outputs %s as above (no decoding: tf2onnx converts it, tools/export_onnx.py)'
+                 % (serving.FLOAT_SIGNATURE_KEY, serving.INPUT_KEY, shape(float_images),
+                    ', '.join(sorted(float_outputs))))
+    return '\n'.join(lines)
 
 
 def prune_saved_model(directory):
