@@ -314,6 +314,38 @@ def test_extract_features_rows_and_names_in_order(trained, images, reference, tm
         assert sorted(os.listdir(str(tmp_path))) == ['features.npy', 'features.txt']
 
 
+def test_extract_features_pca_fitted_saved_and_reapplied(trained, images, reference,
+                                                        tmp_path, capsys):
+    """--pca_dim 3 on the 5 good images: numpy's SVD of their features (up to each
+    component's sign), the PCA saved beside the output; --pca applies it unchanged to
+    another set (here two of the images): the same rows."""
+    from references import pca as numpy_pca
+    model_dir, _ = trained
+    directory, good = images
+    output = tmp_path / 'train.npy'
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir,
+                              '--pca_dim', 3, directory, '-o', output)
+    assert status == 0, err
+    assert re.match(r'extract_features.py: fitted and saved PCA .*train.pca.npz: 3 of 512 '
+                    r'dimensions, [\d.]+ % of the variance of the 5 images', err[-2]), err
+    assert err[-1] == 'extract_features.py: 5 x 3 features in %s, 1 images skipped' % output
+    reduced = np.load(str(output))
+    mean, components, _ = numpy_pca(reference['features'], 3)
+    want = (reference['features'] - mean) @ components.T
+    signs = np.sign(np.sum(reduced * want, axis=0))
+    assert_close(reduced * signs, want, 'PCA projections')
+    again = tmp_path / 'other.npy'
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir, '--pca',
+                              tmp_path / 'train.pca.npz', good[3][0], good[1][0], '-o', again)
+    assert status == 0 and 'applied the PCA' in err[-2], err
+    assert_close(np.load(str(again)), reduced[[3, 1]], 'PCA reapplied')
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir,
+                              '--pca_dim', 5, directory, '-o', tmp_path / 'x.npy')
+    assert status == 2 and 'a PCA of 5 images of 512-d features has at most 4' in err[-1]
+    assert sorted(os.listdir(str(tmp_path))) == ['other.npy', 'other.txt', 'train.npy',
+                                                 'train.pca.npz', 'train.txt']
+
+
 def test_model_mismatches_are_one_line_and_exit_2(trained, images, tmp_path, capsys):
     model_dir, export_dir = trained
     _, good = images
