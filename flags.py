@@ -55,11 +55,10 @@ _string(G, 'checkpoint_path', '', '--mode=eval, predict or export: the checkpoin
 _string(G, 'export_dir', '',
         'Write a SavedModel as <export_dir>/<version>/ (TensorFlow Serving\'s layout; the '
         'version is the time in seconds, earlier versions stay): with --mode=export from '
-        '--checkpoint_path (else the latest '
-        'in --model_dir), with --mode=train or train_and_eval from the last checkpoint after '
-        'training. Signature serving_default: input images (a batch of encoded JPEG/PNG '
-        'strings), outputs scores (sigmoid), probabilities (softmax), top_k_classes, '
-        'top_k_scores and features; the preprocessing of --preprocess, NHWC. A version '
+        '--checkpoint_path (else the latest in --model_dir), with --mode=train or '
+        'train_and_eval from the last checkpoint after training. Signatures serving_default '
+        '(encoded images, preprocessed as --preprocess says -> scores, probabilities, top_k, '
+        'features, positives, valid) and float_images (docs/inference.md). A version '
         'appears only when complete; a directory holding anything else is an error.')
 _int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
 _bool(G, 'demo', False,
@@ -278,14 +277,9 @@ _string(G, 'piclist', '', '--mode=predict: the images to classify: a list file (
         'files, recursively).')
 _int(G, 'top_k', 5, '--mode=predict: classes listed per image; the SavedModel of '
      '--export_dir outputs the top min(top_k, class_num).')
-_string(G, 'threshold', '0.5',
-        'A number in [0, 1] or calibrated. --mode=predict: also list every class with sigmoid '
-        'score >= it (flagged positive); export: the SavedModel\'s positives output; eval: '
-        'the threshold of micro_f1 / macro_f1. calibrated: the per-class thresholds of the '
-        'thresholds.txt beside the checkpoint; with --mode=eval, choose them: each class\'s '
-        'threshold maximizes its F1 on the evaluated batches (classes without a positive '
-        'keep 0.5), written to thresholds.txt beside the checkpoint, and micro / macro F1 '
-        'reported at 0.5 and at them.')
+_string(G, 'threshold', '0.5', 'A number in [0, 1] (predict: list classes scoring >= it; '
+        'export: the positives output; eval: F1\'s), or calibrated: the thresholds.txt beside '
+        'the checkpoint, per class, which --mode=eval chooses (each class\'s best F1 on val).')
 _string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images dictionary (a '
         'category_index header, then index, category id, parent index and name per class) '
         'or one name per line.')
@@ -365,15 +359,6 @@ def _augment_on(name, value):
     return '--augment_on must be %s or %s, got %r' % (', '.join(choices[:-1]), choices[-1], value)
 
 
-def _threshold(name, value):
-    if value == 'calibrated':
-        return None
-    try:
-        return checks.fraction(name, float(value))
-    except ValueError:
-        return '--threshold must be a number in [0, 1] or calibrated, got %r' % value
-
-
 def _preprocess(name, value):
     return None if value in checks.owned('mlimages.inference.serving', 'PREPROCESSING') else (
         '--preprocess must be original (the original\'s inference) or eval (the evaluation '
@@ -431,7 +416,7 @@ CHECKS = {
     'eval_throttle_secs': checks.at_least(0),
     'peer_timeout': checks.at_least(0, '0 = wait forever'),
     'top_k': checks.positive,
-    'threshold': _threshold,
+    'threshold': checks.fraction_or('calibrated'),
     'preprocess': _preprocess,
 }
 
@@ -446,9 +431,6 @@ def _rules(o):
         (o.mode == 'export' and not o.export_dir, '--mode=export needs --export_dir'),
         (bool(o.export_dir) and o.mode not in ('train', 'train_and_eval', 'export'),
          '--export_dir goes with --mode=export, train or train_and_eval, not --mode=%s' % o.mode),
-        (o.threshold == 'calibrated' and o.mode not in ('eval', 'predict', 'export'),
-         '--threshold=calibrated goes with --mode=eval (which chooses the thresholds), '
-         'predict or export, not --mode=%s' % o.mode),
         (o.warmup > 0 and o.lr_warmup_decay_step <= 0,
          '--warmup=%d needs --lr_warmup_decay_step > 0 (got %d)' % (o.warmup,
                                                                     o.lr_warmup_decay_step)),
@@ -465,7 +447,8 @@ def problems(opts):
     found = [CHECKS[name](name, getattr(opts, name)) for name in Options._fields
              if name in CHECKS]
     return [p for p in found if p] + [message for bad, message in _rules(opts) if bad] + \
-        checks.owned('mlimages.distributed.cluster_flags', 'problems')(opts)
+        checks.owned('mlimages.distributed.cluster_flags', 'problems')(opts) + \
+        checks.owned('mlimages.run.calibration', 'problems')(opts)
 
 
 def validate(opts):

@@ -32,6 +32,15 @@ CALIBRATED = 'calibrated'
 CHECKPOINT_LINE = '# checkpoint: '
 
 
+def problems(opts):
+    """What is wrong with --threshold=calibrated in opts' mode (flags.problems): it names
+    the thresholds of a checkpoint that --mode=eval chose, which training has not."""
+    if opts.threshold == CALIBRATED and opts.mode not in ('eval', 'predict', 'export'):
+        return ['--threshold=calibrated goes with --mode=eval (which chooses the thresholds), '
+                'predict or export, not --mode=%s' % opts.mode]
+    return []
+
+
 def global_threshold(text):
     """The one threshold of --threshold: its number, or metrics.F1_THRESHOLD for
     'calibrated' (what classes without a calibrated threshold keep)."""
