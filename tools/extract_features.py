@@ -30,6 +30,7 @@ run's features, so that other image sets land in the same K dimensions:
     python tools/extract_features.py --checkpoint out/checkpoint --list query.txt \
         --pca train.pca.npz -o query.npy
 """
+import os
 import sys
 
 import flags
@@ -92,6 +93,9 @@ def main(argv=None):
                          'names in its one file')
         if args.format == 'original' and (args.pca or args.pca_dim):
             parser.error('--pca_dim and --pca go with --format npy')
+        if args.pca_dim and args.pca and not os.path.isdir(
+                os.path.dirname(os.path.abspath(args.pca))):
+            parser.error('--pca %s: its directory does not exist' % args.pca)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
 

@@ -84,6 +84,8 @@ def save(path, pca):
 def load(path, feature_dim=None):
     """The Pca saved at path; UsageError (naming the file) when it is not one, or was
     fitted on features of another size than feature_dim."""
+    if not os.path.isfile(path):
+        raise UsageError('--pca %s does not exist (write one with --pca_dim K)' % path)
     try:
         with np.load(path) as saved:
             pca = Pca(**{name: saved[name] for name in Pca._fields})
