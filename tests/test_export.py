@@ -242,6 +242,9 @@ def test_tf2_fine_tune_onnx_and_the_docs_snippets_as_written(exported, jpegs, tm
 
 
 def test_export_onnx_refuses_what_it_cannot_convert(exported, tmp_path, capsys, monkeypatch):
+    status, out, _ = run_main(export_onnx, capsys, '--help')
+    assert status == 0 and 'Exit status: 0 written; 1 the conversion or the check failed' \
+        in ' '.join(out.split())
     output = str(tmp_path / 'model.onnx')
     status, _, err = run_main(export_onnx, capsys, '--saved_model', str(tmp_path), '-o',
                               output)
