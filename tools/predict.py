@@ -19,7 +19,9 @@ inference code is serving.py's, shared with train.py --mode predict; this file o
 the command line (extract_features.py reuses its options). Images go through the original's
 inference preprocessing by default (--preprocess=original: shorter side 256, centre crop,
 OpenCV's bilinear), or train.py's evaluation crop (--preprocess=eval); a SavedModel has the
-one it was exported with.
+one it was exported with. --threshold calibrated lists each class at its own threshold, the
+ones train.py --mode=eval --threshold=calibrated chose on the validation split
+(mlimages/run/calibration.py).
 
 --hierarchy FILE (the ML-Images dictionary_and_semantic_hierarchy.txt, hierarchy.py) adds
 every listed class's path to the root (TSV column `path`, JSON field `path`), and with

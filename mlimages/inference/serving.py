@@ -23,8 +23,8 @@ An export also has the float signature: network input [N, S, S, 3] (NHWC, RGB, [
 export.py writes both as a SavedModel; `Predictor` runs the encoded one in a tf.Session,
 restored from a checkpoint or loaded from a SavedModel (saved_models.py: its directory).
 `predict_images` runs batches and reports and skips images that cannot be read or decoded;
-run_predict / run_extract_features write the results (inference_io). Errors in the input
-are errors.UsageError / file_db.DataError: one line, exit status 2 in the callers.
+runs.py writes the results. Errors in the input are errors.UsageError / file_db.DataError:
+one line, exit status 2 in the callers.
 """
 import numpy as np
 import tensorflow.compat.v1 as tf
