@@ -252,8 +252,8 @@ def test_export_onnx_refuses_what_it_cannot_convert(exported, tmp_path, capsys, 
                                               % tmp_path)
     monkeypatch.setattr(onnx_export, 'missing_extras', lambda: ['tf2onnx'])
     status, _, err = run_main(export_onnx, capsys, '--saved_model', exported[2], '-o', output)
-    assert status == 2 and err == ['export_onnx.py: error: tf2onnx not installed; install '
-                                   'the ONNX extras: pip install -r requirements-onnx.txt']
+    assert status == 2 and err == ['export_onnx.py: error: tf2onnx not installed; install the '
+                                   'ONNX extras: .venv/bin/pip install -r requirements-onnx.txt']
     assert os.listdir(str(tmp_path)) == []
 
 

@@ -3,15 +3,15 @@
 the preprocessing -> scores, probabilities, features) through tf2onnx, checked with
 onnxruntime against TensorFlow before the file is written.
 
-    python train.py --mode=export --model_dir=demo/model --export_dir=demo/export
-    python tools/export_onnx.py --saved_model demo/export -o demo/model.onnx
+    .venv/bin/python train.py --mode=export --model_dir=demo/model --export_dir=demo/export
+    .venv/bin/python tools/export_onnx.py --saved_model demo/export -o demo/model.onnx
 
 The ONNX model's input `images` is float32 [N, S, S, 3]: NHWC, RGB, (pixel / 255 - 0.5) x 2
 in [-1, 1], preprocessed as the SavedModel's assets.extra/preprocessing.txt says (the
-client decodes and resizes; ONNX has no JPEG decoder). Needs the ONNX extras:
-pip install -r requirements-onnx.txt (tf2onnx, onnx, onnxruntime; pins that work beside
-TensorFlow 2.15). The conversion is tf2onnx's command line, the route any tf2onnx user
-takes (mlimages/inference/onnx_export.py).
+client decodes and resizes; ONNX has no JPEG decoder). Needs the ONNX extras,
+`.venv/bin/pip install -r requirements-onnx.txt` (tf2onnx, onnx, onnxruntime; pins that
+work beside TensorFlow 2.15). The conversion is tf2onnx's command line, the route any
+tf2onnx user takes (mlimages/inference/onnx_export.py).
 
 Exit status: 0 written; 1 the conversion failed or the converted model differs from
 TensorFlow by more than --tolerance (nothing written); 2 bad usage (no such SavedModel, one

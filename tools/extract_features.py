@@ -25,9 +25,9 @@ the features of this run's images, saves it (--pca FILE, default OUTPUT with .pc
 .npy) and writes the reduced N x K features; --pca FILE alone applies a saved PCA to this
 run's features, so that other image sets land in the same K dimensions:
 
-    python tools/extract_features.py --checkpoint out/checkpoint --list train.txt \
+    .venv/bin/python tools/extract_features.py --checkpoint out/checkpoint --list train.txt \
         --pca_dim 256 -o train.npy                       # + train.pca.npz
-    python tools/extract_features.py --checkpoint out/checkpoint --list query.txt \
+    .venv/bin/python tools/extract_features.py --checkpoint out/checkpoint --list query.txt \
         --pca train.pca.npz -o query.npy
 """
 import os

@@ -20,7 +20,7 @@ from mlimages.errors import ExportError, UsageError
 from mlimages.inference import saved_models, serving
 
 EXTRAS = ('tf2onnx', 'onnx', 'onnxruntime')
-INSTALL = 'pip install -r requirements-onnx.txt'
+INSTALL = '.venv/bin/pip install -r requirements-onnx.txt'
 DEFAULT_OPSET = 15  # tf2onnx 1.17's default; onnxruntime 1.19 runs up to 21
 
 
