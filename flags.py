@@ -55,11 +55,10 @@ _string(G, 'checkpoint_path', '', '--mode=eval, predict or export: the checkpoin
 _string(G, 'export_dir', '',
         'Write a SavedModel as <export_dir>/<version>/ (TensorFlow Serving\'s layout; the '
         'version is the time in seconds, earlier versions stay): with --mode=export from '
-        '--checkpoint_path (else the latest '
-        'in --model_dir), with --mode=train or train_and_eval from the last checkpoint after '
-        'training. Signature serving_default: input images (a batch of encoded JPEG/PNG '
-        'strings), outputs scores (sigmoid), probabilities (softmax), top_k_classes, '
-        'top_k_scores and features; the preprocessing of --preprocess, NHWC. A version '
+        '--checkpoint_path (else the latest in --model_dir), with --mode=train or '
+        'train_and_eval from the last checkpoint after training. Signatures serving_default '
+        '(encoded images, preprocessed as --preprocess says -> scores, probabilities, top_k, '
+        'features, positives, valid) and float_images (docs/inference.md). A version '
         'appears only when complete; a directory holding anything else is an error.')
 _int(G, 'max_to_keep', 200, 'Number of most recent checkpoints kept in --model_dir.')
 _bool(G, 'demo', False,
@@ -280,8 +279,9 @@ _string(G, 'piclist', '', '--mode=predict: the images to classify: a list file (
         'files, recursively).')
 _int(G, 'top_k', 5, '--mode=predict: classes listed per image; the SavedModel of '
      '--export_dir outputs the top min(top_k, class_num).')
-_float(G, 'threshold', 0.5, '--mode=predict: also list every class with sigmoid score >= '
-       'this (flagged positive).')
+_string(G, 'threshold', '0.5', 'A number in [0, 1] (predict: list classes scoring >= it; '
+        'export: the positives output; eval: F1\'s), or calibrated: the thresholds.txt beside '
+        'the checkpoint, per class, which --mode=eval chooses (each class\'s best F1 on val).')
 _string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images dictionary (a '
         'category_index header, then index, category id, parent index and name per class) '
         'or one name per line.')
@@ -418,7 +418,7 @@ CHECKS = {
     'eval_throttle_secs': checks.at_least(0),
     'peer_timeout': checks.at_least(0, '0 = wait forever'),
     'top_k': checks.positive,
-    'threshold': checks.fraction,
+    'threshold': checks.fraction_or('calibrated'),
     'preprocess': _preprocess,
 }
 
@@ -449,7 +449,8 @@ def problems(opts):
     found = [CHECKS[name](name, getattr(opts, name)) for name in Options._fields
              if name in CHECKS]
     return [p for p in found if p] + [message for bad, message in _rules(opts) if bad] + \
-        checks.owned('mlimages.distributed.cluster_flags', 'problems')(opts)
+        checks.owned('mlimages.distributed.cluster_flags', 'problems')(opts) + \
+        checks.owned('mlimages.run.calibration', 'problems')(opts)
 
 
 def validate(opts):

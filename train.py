@@ -40,9 +40,10 @@ from mlimages.config import interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
                              TrainingError, UsageError, stop_raises, stopped)
-from mlimages.inference import inference_io, inference_settings, serving  # noqa: E402
+from mlimages.inference import (export as export_lib, inference_io,  # noqa: E402
+                                inference_settings, runs, saved_models, serving)
 from mlimages.model import precision  # noqa: E402
-from mlimages.run import checkpoints, run_dirs, training  # noqa: E402
+from mlimages.run import calibration, checkpoints, run_dirs, training  # noqa: E402
 
 tf.disable_v2_behavior()
 
@@ -93,7 +94,7 @@ def validate(opts):
     the CPU's kernels); raises UsageError."""
     flags_lib.validate(opts)
     if opts.export_dir:
-        serving.check_export_dir(opts.export_dir)
+        saved_models.check_export_dir(opts.export_dir)
     if opts.hierarchy:
         training.leaf_mask(opts.hierarchy, opts.class_num)  # a bad file is a UsageError
     check_cpu_kernels(opts)
@@ -154,8 +155,9 @@ def predict(opts):
     try:
         names = (inference_io.load_class_names(opts.class_dict, predictor.class_num)
                  if opts.class_dict else None)
-        processed, skipped = serving.run_predict(
-            predictor, images, None, 'tsv', opts.batch_size, opts.top_k, opts.threshold, names,
+        threshold, _ = thresholds(opts, predictor.checkpoint, predictor.class_num)
+        processed, skipped = runs.run_predict(
+            predictor, images, None, 'tsv', opts.batch_size, opts.top_k, threshold, names,
             PROGRAM)
     finally:
         predictor.close()
@@ -167,19 +169,33 @@ def predict(opts):
                     skipped)
 
 
+def thresholds(opts, checkpoint_path, class_num):
+    """--threshold: (its number, None), or for calibrated (the per-class thresholds of
+    the thresholds.txt beside the checkpoint, its path); a file chosen for another
+    checkpoint is a warning."""
+    if opts.threshold != calibration.CALIBRATED:
+        return float(opts.threshold), None
+    values, path, warnings = calibration.for_checkpoint(checkpoint_path, class_num)
+    for line in warnings:
+        tf.logging.warning('%s', line)
+    return values, path
+
+
 def export(opts, checkpoint_path=None):
-    """--mode=export, or --export_dir after training: serving.py's SavedModel of the
+    """--mode=export, or --export_dir after training: export.py's SavedModel of the
     checkpoint (default: --checkpoint_path, else the latest in --model_dir)."""
     validate(opts)
     checkpoint_path = checkpoint_path or inference_checkpoint(opts)
     checkpoints.checkpoint_model(checkpoint_path, opts.resnet_size, opts.class_num)
-    path = serving.export_saved_model(
+    threshold, calibrated = thresholds(opts, checkpoint_path, opts.class_num)
+    path = export_lib.export_saved_model(
         checkpoint_path, opts.export_dir, opts, opts.top_k, opts.preprocess,
-        flags_lines=inference_settings.export_record(opts, checkpoint_path))
-    tf.logging.info('exported %s as the SavedModel %s (signature %s: %s -> %s; %s)',
-                    checkpoint_path, path, serving.SIGNATURE_KEY, serving.INPUT_KEY,
-                    ', '.join(serving.OUTPUT_KEYS),
-                    serving.preprocessing_line(opts.preprocess, opts.image_size))
+        flags_lines=inference_settings.export_record(opts, checkpoint_path),
+        threshold=threshold if calibrated is None else None, calibrated=calibrated)
+    tf.logging.info('exported %s as the SavedModel %s (%s; %s; positives at %s)',
+                    checkpoint_path, path, export_lib.describe(path),
+                    serving.preprocessing_line(opts.preprocess, opts.image_size),
+                    calibrated or 'score >= %g' % threshold)
     return path
 
 

@@ -171,3 +171,8 @@ class AllImagesSkippedError(MakeRecordsError):
 
 class UrlListError(Exception):
     """Bad input; the CLI prints it as one line and exits 2."""
+
+
+class ExportError(RuntimeError):
+    """An export failed after it started (tools/export_onnx.py: the converter, or the
+    converted model that does not compute what TensorFlow computes); one line, exit 1."""

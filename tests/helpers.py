@@ -323,3 +323,32 @@ def write_shard(path, records):
 def options(**given):
     """train.py's options with every flag at its default (flags.defaults) but the given."""
     return flags_lib.defaults()._replace(**given)
+
+
+# ------------------------------------------------------------- a split of labels and scores
+
+NO_POSITIVE = (0, 1, 2)  # classes given no positive in make_split
+THRES = np.float32(0.7)  # mask_thres as the float32 labels meet it
+
+
+def make_split(seed, scores='uniform', images=300, classes=40):
+    """Labels with hard and soft positives (1, 0.9, exactly 0.7), soft negatives (0.3, 0.69),
+    zeros and -1 entries; per-class prevalence from 1 % to 40 %; classes NO_POSITIVE have
+    none. scores: 'uniform', 'correlated' (higher for positives) or 'sigmoid' (sigmoids of
+    Gaussian logits, mostly near 0, as a trained multi-label net gives)."""
+    rng = np.random.default_rng(seed)
+    prevalence = rng.uniform(0.01, 0.4, size=classes)
+    prevalence[list(NO_POSITIVE)] = 0.0
+    positive = rng.random((images, classes)) < prevalence
+    y = np.where(positive, rng.choice([1.0, 0.9, 0.7], size=(images, classes)),
+                 rng.choice([0.0, 0.0, 0.0, 0.3, 0.69], size=(images, classes)))
+    y[rng.random((images, classes)) < 0.1] = -1.0
+    if scores == 'uniform':
+        s = rng.random((images, classes))
+    elif scores == 'correlated':
+        s = np.clip(0.6 * rng.random((images, classes)) + 0.4 * positive * rng.random(
+            (images, classes)), 0.0, 1.0)
+    else:
+        logits = np.where(positive, rng.normal(-3.0, 2.5, y.shape), rng.normal(-7.0, 2.0, y.shape))
+        s = 1.0 / (1.0 + np.exp(-logits))
+    return y.astype(np.float32), s.astype(np.float32)

@@ -10,7 +10,10 @@ straight from the original's definition (docs/original.md), none calling product
                          + bn_fraction x weight_decay x sum(v^2)/2 over names with 'bn'
     original_l2          the original pre-training L2 line, in TensorFlow
     average_precision    scikit-learn's average_precision_score
-    multilabel_metrics   mAP, precision@1/@5, micro/macro F1 and top-1 accuracy
+    multilabel_metrics   mAP, precision@1/@5, micro/macro F1 (at one threshold or one per
+                         class) and top-1 accuracy
+    f1_optimal_thresholds  each class's threshold of the highest F1, by trying every score
+    pca                  numpy's SVD of the centred features
 """
 import math
 
@@ -145,3 +148,37 @@ def multilabel_metrics(y, s, mask_thres=0.7, threshold=0.5):
         'macro_f1': np.mean(2 * tp[counted] / (2 * tp + fp + fn)[counted]),
         'accuracy': np.mean(np.argmax(y, axis=1) == np.argmax(masked, axis=1)),
     }
+
+
+def f1_optimal_thresholds(y, s, mask_thres=0.7, default=0.5):
+    """Per class, by trying every threshold: each distinct valid score t of the class gives
+    F1(t) = 2 TP / (2 TP + FP + FN) with pred = valid & s >= t; the best, the highest t
+    among equal F1; `default` (F1 0) for a class without a positive. Returns (thresholds,
+    their F1, positives per class)."""
+    thresholds, best, positives = [], [], []
+    for c in range(y.shape[1]):
+        valid = y[:, c] != -1
+        pos = valid & (y[:, c] >= np.float32(mask_thres))
+        positives.append(int(pos.sum()))
+        if not pos.any():
+            thresholds.append(default)
+            best.append(0.0)
+            continue
+        found = []
+        for t in sorted(set(s[valid, c].tolist()), reverse=True):
+            pred = valid & (s[:, c] >= t)
+            tp, fp, fn = np.sum(pos & pred), np.sum(~pos & pred), np.sum(pos & ~pred)
+            found.append((2 * tp / (2 * tp + fp + fn), t))
+        f1 = max(f for f, _ in found)
+        thresholds.append(max(t for f, t in found if f == f1))
+        best.append(f1)
+    return np.array(thresholds, np.float32), np.array(best), np.array(positives)
+
+
+def pca(x, k):
+    """numpy's SVD of the centred rows: (mean, the k right singular vectors [k, D], their
+    variances s^2 / (N - 1))."""
+    x = np.asarray(x, np.float64)
+    mean = x.mean(axis=0)
+    _, singular, vt = np.linalg.svd(x - mean, full_matrices=False)
+    return mean, vt[:k], singular[:k] ** 2 / (len(x) - 1)

@@ -198,13 +198,14 @@ def check_plan_run(args):
 
 def tool_parsers():
     """{program: parse(arguments)} with each tool's own parser, as its main parses."""
-    from tools import (benchmark, check_tfrecords, extract_features, graph_size,
+    from tools import (benchmark, check_tfrecords, export_onnx, extract_features, graph_size,
                        img2dataset_to_list, predict, ps_placement, urls_to_img2dataset)
     from mlimages.recordkit import convert_tfrecords, make_options
     plain = lambda build: lambda a: build().parse_args(a)
     intermixed = lambda build: lambda a: build().parse_intermixed_args(a)
     return {'benchmark.py': plain(benchmark.build_parser),
             'check_tfrecords.py': plain(check_tfrecords.build_parser),
+            'export_onnx.py': plain(export_onnx.build_parser),
             'extract_features.py': intermixed(extract_features.build_parser),
             'graph_size.py': plain(graph_size.build_parser),
             'img2dataset_to_list.py': plain(img2dataset_to_list.build_parser),

@@ -67,6 +67,10 @@ def test_every_check_names_a_flag_and_rejects_a_bad_value():
     ({'worker_id': 2, 'worker_num': 2}, '--worker_id=2 must be in [0, --worker_num=2)'),
     ({'restore': True}, '--restore needs --pretrain_ckpt'),
     ({'resnet_size': 77}, '--resnet_size'),
+    ({'threshold': '1.5'}, '--threshold must be in [0, 1], got 1.5'),
+    ({'threshold': 'best'}, "--threshold must be a number in [0, 1] or calibrated, got 'best'"),
+    ({'threshold': 'calibrated'}, '--threshold=calibrated goes with --mode=eval (which '
+                                  'chooses the thresholds), predict or export, not --mode=train'),
 ])
 def test_the_first_problem_is_one_usage_error_line(changes, words):
     from mlimages.errors import UsageError

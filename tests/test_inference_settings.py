@@ -140,7 +140,7 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     from tools import extract_features
     from mlimages.recordkit import make_tfrecords
     from tools import predict as predict_tool
-    from mlimages.inference import serving
+    from mlimages.inference import saved_models
     rng = np.random.default_rng(26)
     root = str(tmp_path)
     train_list, images = write_split(root, 'train', 16, rng)
@@ -217,6 +217,6 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     assert exported.returncode == 0, exported.stderr[-3000:]
     (version,) = os.listdir(export_dir)
     saved = os.path.join(export_dir, version)
-    assert serving.saved_model_preprocessing(saved).endswith('(S = 32)')
-    record = open(os.path.join(saved, serving.FLAGS_FILE)).read().splitlines()
+    assert saved_models.saved_model_preprocessing(saved).endswith('(S = 32)')
+    record = open(os.path.join(saved, saved_models.FLAGS_FILE)).read().splitlines()
     assert record[1:] == open(os.path.join(model_dir, 'flags.txt')).read().splitlines()

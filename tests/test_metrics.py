@@ -8,42 +8,15 @@ from hypothesis import given, settings, strategies as st
 import tensorflow.compat.v1 as tf
 
 from mlimages.model import metrics
-from references import average_precision, multilabel_metrics
+from helpers import NO_POSITIVE, THRES, make_split
+from references import average_precision, f1_optimal_thresholds, multilabel_metrics
 
 tf.disable_v2_behavior()
 
-CLASSES = 40
-IMAGES = 300
-NO_POSITIVE = (0, 1, 2)  # classes given no positive in make_split
+CLASSES, IMAGES = 40, 300  # make_split's
 BATCH_EDGES = (0, 17, 81, 82, 200, 263, 300)  # batches of 17, 64, 1, 118, 63, 37 images
 MAP_TOLERANCE = 1e-3
-THRES = np.float32(0.7)  # mask_thres as the float32 labels meet it
 KEYS = ['mAP', 'precision@1', 'precision@5', 'micro_f1', 'macro_f1', 'accuracy']
-
-
-# ---------------------------------------------------------------- data
-
-def make_split(seed, scores='uniform', images=IMAGES, classes=CLASSES):
-    """Labels with hard and soft positives (1, 0.9, exactly 0.7), soft negatives (0.3, 0.69),
-    zeros and -1 entries; per-class prevalence from 1 % to 40 %; classes NO_POSITIVE have
-    none. scores: 'uniform', 'correlated' (higher for positives) or 'sigmoid' (sigmoids of
-    Gaussian logits, mostly near 0, as a trained multi-label net gives)."""
-    rng = np.random.default_rng(seed)
-    prevalence = rng.uniform(0.01, 0.4, size=classes)
-    prevalence[list(NO_POSITIVE)] = 0.0
-    positive = rng.random((images, classes)) < prevalence
-    y = np.where(positive, rng.choice([1.0, 0.9, 0.7], size=(images, classes)),
-                 rng.choice([0.0, 0.0, 0.0, 0.3, 0.69], size=(images, classes)))
-    y[rng.random((images, classes)) < 0.1] = -1.0
-    if scores == 'uniform':
-        s = rng.random((images, classes))
-    elif scores == 'correlated':
-        s = np.clip(0.6 * rng.random((images, classes)) + 0.4 * positive * rng.random(
-            (images, classes)), 0.0, 1.0)
-    else:
-        logits = np.where(positive, rng.normal(-3.0, 2.5, y.shape), rng.normal(-7.0, 2.0, y.shape))
-        s = 1.0 / (1.0 + np.exp(-logits))
-    return y.astype(np.float32), s.astype(np.float32)
 
 
 def batches(y, s, edges=BATCH_EDGES):
@@ -319,3 +292,38 @@ def test_map_over_class_masks_matches_numpy_restricted_to_them():
         empty.sess.close()
     finally:
         stream.sess.close()
+
+
+# ---------------------------------------------------------------- per-class thresholds
+
+@pytest.mark.parametrize('scores', ['uniform', 'correlated', 'sigmoid'])
+def test_f1_optimal_thresholds_match_trying_every_score(scores):
+    """metrics.f1_optimal_thresholds against references.f1_optimal_thresholds (every
+    distinct score tried), with soft labels, -1 entries, classes without positives, tied
+    scores, and the classes sorted in blocks smaller than the class count."""
+    y, s = make_split(11, scores, images=120)
+    s[::7, 5] = s[3, 5]  # a tie that spans positives and negatives
+    s = np.round(s, 3) if scores == 'uniform' else s  # more ties
+    got = metrics.f1_optimal_thresholds(y, s, THRES, default=0.5, classes_at_once=16)
+    want = f1_optimal_thresholds(y, s, THRES, default=0.5)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(got[2], want[2])
+    assert np.all(got[0][list(NO_POSITIVE)] == 0.5) and np.all(got[2][list(NO_POSITIVE)] == 0)
+
+
+def test_f1_at_per_class_thresholds_matches_numpy():
+    """micro_f1 / macro_f1 with one threshold per class (the calibrated ones, [C]): numpy's
+    multilabel_metrics at the same thresholds, streamed over unequal batches; at its own
+    thresholds every class's F1 is its best, so macro F1 is at least the global one's."""
+    y, s = make_split(5, 'sigmoid')
+    thresholds, best, _ = metrics.f1_optimal_thresholds(y, s, THRES)
+    stream = Streaming(threshold=thresholds)
+    try:
+        got = stream.evaluate(batches(y, s))
+    finally:
+        stream.sess.close()
+    expected = multilabel_metrics(y, s, THRES, thresholds)
+    for key in ('micro_f1', 'macro_f1'):
+        assert abs(got[key] - expected[key]) <= 1e-9, key
+    assert got['macro_f1'] >= multilabel_metrics(y, s, THRES)['macro_f1']

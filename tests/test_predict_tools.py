@@ -60,6 +60,34 @@ def test_a_failing_batch_is_split_to_find_the_bad_images(tmp_path):
                                  [b'a'], [b'cc'], [b'odd'], [b'dddd']]
 
 
+class ValidPredictor(FakePredictor):
+    """A graph with `valid` (exports and checkpoints of this program): b'bad' gets valid
+    false and a row of zeros, the batch is answered."""
+
+    def run(self, encoded, keys):
+        self.batches.append(list(encoded))
+        valid = np.array([e != b'bad' for e in encoded])
+        out = {key: np.array([[len(e) * v] for e, v in zip(encoded, valid)], np.float32)
+               for key in keys}
+        out['valid'] = valid
+        return out
+
+
+def test_a_graph_with_valid_reports_the_bad_images_from_one_run(tmp_path):
+    data = {'a': b'a', 'bad': b'bad', 'cc': b'cc'}
+    images = [(name, write_text(tmp_path / name, content.decode()))
+              for name, content in data.items()]
+    skipped = []
+    predictor = ValidPredictor()
+    rows = list(serving.predict_images(predictor, images, 4,
+                                       lambda name, reason: skipped.append((name, reason)),
+                                       keys=('features',)))
+    assert [(name, float(out['features'][0])) for name, out in rows] == [('a', 1.0),
+                                                                         ('cc', 2.0)]
+    assert skipped == [('bad', 'cannot decode: not an image')]
+    assert predictor.batches == [[b'a', b'bad', b'cc']]
+
+
 def test_tools_bad_usage_and_models_that_do_not_exist(tmp_path, capsys):
     image = write_text(tmp_path / 'a.jpg', 'x')
     empty = empty_dir(tmp_path)
@@ -82,6 +110,10 @@ def test_tools_bad_usage_and_models_that_do_not_exist(tmp_path, capsys):
          '--threshold is for multi-label'),
         (['--saved_model', empty, '--image_size', '32', image], '--image_size'),
         (['--checkpoint', foreign, '--top_k', '0', image], 'positive integer'),
+        (['--checkpoint', foreign, '--threshold', 'best', image],
+         'argument --threshold: expected a number in [0, 1] or calibrated, got \'best\''),
+        (['--checkpoint', foreign, '--threshold', '1.5', image],
+         'expected a number in [0, 1] or calibrated, got 1.5'),
         ([image], 'one of the arguments --checkpoint --saved_model is required'),
     ]
     for args, fragment in cases:

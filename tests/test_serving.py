@@ -15,7 +15,7 @@ from PIL import Image
 
 import image_preprocess
 from mlimages.run import model_fn
-from mlimages.inference import serving
+from mlimages.inference import export, saved_models, serving
 import train  # noqa: F401 (graph mode, as train.py runs)
 from helpers import CLASSES, options, run_main, run_train, train_model
 from tools import extract_features
@@ -150,7 +150,7 @@ def test_saved_model_matches_estimator_predict(trained, images, reference):
         meta = tf.saved_model.loader.load(session, ['serve'], export_dir)
         signature = meta.signature_def['serving_default']
         assert set(signature.inputs) == {'images'}
-        assert set(signature.outputs) == set(serving.OUTPUT_KEYS)
+        assert set(signature.outputs) == set(serving.OUTPUT_KEYS + serving.NEW_KEYS)
         assert signature.inputs['images'].dtype == tf.string.as_datatype_enum
         fetches = {key: graph.get_tensor_by_name(info.name)
                    for key, info in signature.outputs.items()}
@@ -243,7 +243,7 @@ def test_predict_json_lines_single_label_and_name_per_line_from_a_saved_model(
     assert status == 0 and out == ''
     assert len(err) == 5 and err[-1] == 'predict.py: 2 images classified, 3 skipped'
     assert err[0] == ('predict.py: inference settings: built into the SavedModel %s (%s)'
-                      % (export_dir, serving.saved_model_preprocessing(export_dir)))
+                      % (export_dir, saved_models.saved_model_preprocessing(export_dir)))
     skipped = sorted(err[1:4])
     assert skipped[0].startswith('predict.py: skipped %s: cannot decode: ' % broken)
     assert skipped[1].startswith('predict.py: skipped %s: cannot read: '
@@ -312,6 +312,38 @@ def test_extract_features_rows_and_names_in_order(trained, images, reference, tm
         names = (tmp_path / 'features.txt').read_text().splitlines()
         assert names == [path for path, _ in good]
         assert sorted(os.listdir(str(tmp_path))) == ['features.npy', 'features.txt']
+
+
+def test_extract_features_pca_fitted_saved_and_reapplied(trained, images, reference,
+                                                        tmp_path, capsys):
+    """--pca_dim 3 on the 5 good images: numpy's SVD of their features (up to each
+    component's sign), the PCA saved beside the output; --pca applies it unchanged to
+    another set (here two of the images): the same rows."""
+    from references import pca as numpy_pca
+    model_dir, _ = trained
+    directory, good = images
+    output = tmp_path / 'train.npy'
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir,
+                              '--pca_dim', 3, directory, '-o', output)
+    assert status == 0, err
+    assert re.match(r'extract_features.py: fitted and saved PCA .*train.pca.npz: 3 of 512 '
+                    r'dimensions, [\d.]+ % of the variance of the 5 images', err[-2]), err
+    assert err[-1] == 'extract_features.py: 5 x 3 features in %s, 1 images skipped' % output
+    reduced = np.load(str(output))
+    mean, components, _ = numpy_pca(reference['features'], 3)
+    want = (reference['features'] - mean) @ components.T
+    signs = np.sign(np.sum(reduced * want, axis=0))
+    assert_close(reduced * signs, want, 'PCA projections')
+    again = tmp_path / 'other.npy'
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir, '--pca',
+                              tmp_path / 'train.pca.npz', good[3][0], good[1][0], '-o', again)
+    assert status == 0 and 'applied the PCA' in err[-2], err
+    assert_close(np.load(str(again)), reduced[[3, 1]], 'PCA reapplied')
+    status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir,
+                              '--pca_dim', 5, directory, '-o', tmp_path / 'x.npy')
+    assert status == 2 and 'a PCA of 5 images of 512-d features has at most 4' in err[-1]
+    assert sorted(os.listdir(str(tmp_path))) == ['other.npy', 'other.txt', 'train.npy',
+                                                 'train.pca.npz', 'train.txt']
 
 
 def test_model_mismatches_are_one_line_and_exit_2(trained, images, tmp_path, capsys):
@@ -434,12 +466,12 @@ def photos(module_dir):
 
 @pytest.mark.parametrize('image_size', [224, IMAGE_SIZE])
 def test_tools_network_input_is_opencvs_within_one_level(photos, image_size):
-    """serving.preprocess_batch, the input stage of predict.py, extract_features.py and the
+    """serving.decoded_batch, the input stage of predict.py, extract_features.py and the
     SavedModel, against the OpenCV reference: within 1/255 on [0, 1] (2/255 on [-1, 1])."""
     cv2 = pytest.importorskip('cv2')
     with tf.Graph().as_default(), tf.Session() as session:
         encoded = tf.placeholder(tf.string, [None])
-        batch = serving.preprocess_batch(encoded, image_size)
+        batch, _ = serving.decoded_batch(encoded, image_size)
         for path in photos:
             got = session.run(batch, {encoded: [open(path, 'rb').read()]})[0]
             want = opencv_network_input(cv2, path, image_size)
@@ -552,7 +584,7 @@ def test_preprocess_eval_in_tools_and_export(trained, images, eval_reference, tm
                        '--export_dir=' + export_dir, '--preprocess=eval')
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'preprocess=eval: train.py\'s evaluation crop' in result.stderr
-    assert serving.saved_model_preprocessing(serving.resolve_saved_model(export_dir)) \
+    assert saved_models.saved_model_preprocessing(saved_models.resolve_saved_model(export_dir)) \
         .startswith('preprocess=eval: ')
     predictor = serving.load_predictor(saved_model=export_dir)
     try:
@@ -578,12 +610,12 @@ def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, 
     base = str(tmp_path / 'base')
     opts = options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE)
     checkpoint = os.path.join(model_dir, 'model.ckpt-2')
-    old = serving.export_saved_model(checkpoint, base, opts, version=7)
-    new = serving.export_saved_model(checkpoint, base, opts, preprocess='eval')
+    old = export.export_saved_model(checkpoint, base, opts, version=7)
+    new = export.export_saved_model(checkpoint, base, opts, preprocess='eval')
     assert old == os.path.join(base, '7') and int(os.path.basename(new)) > 7
     assert sorted(os.listdir(base)) == sorted(['7', os.path.basename(new)])  # no leftovers
-    assert serving.resolve_saved_model(base) == new
-    assert serving.resolve_saved_model(old) == old
+    assert saved_models.resolve_saved_model(base) == new
+    assert saved_models.resolve_saved_model(old) == old
     latest = serving.load_predictor(saved_model=base)
     try:
         assert latest.preprocessing.startswith('preprocess=eval: ')
@@ -592,9 +624,9 @@ def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, 
     for bad, fragment in ((first_version, 'is itself a SavedModel'),
                           (str(tmp_path), 'something other than SavedModel versions')):
         with pytest.raises(serving.UsageError, match=fragment):
-            serving.export_saved_model(checkpoint, bad, opts)
+            export.export_saved_model(checkpoint, bad, opts)
     with pytest.raises(serving.UsageError, match='nor a base directory of versions'):
-        serving.resolve_saved_model(str(tmp_path / 'empty'))
+        saved_models.resolve_saved_model(str(tmp_path / 'empty'))
 
 
 def test_rest_request_rows_reach_the_signature(trained, images, reference):
@@ -635,7 +667,7 @@ def test_exports_are_float32_whatever_the_training_dtype(trained, images, refere
     reference's scores."""
     model_dir, _ = trained
     opts = options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE, dtype=dtype)
-    path = serving.export_saved_model(os.path.join(model_dir, 'model.ckpt-2'),
+    path = export.export_saved_model(os.path.join(model_dir, 'model.ckpt-2'),
                                       str(tmp_path / 'export'), opts)
     with tf.Graph().as_default(), tf.Session() as session:
         graph_def = tf.saved_model.loader.load(session, serving.SERVING_TAGS, path).graph_def

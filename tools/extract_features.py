@@ -19,6 +19,16 @@ given. Images that cannot be read or decoded are reported on stderr, one line ea
 left out of both files. Both files are written under
 temporary names and renamed when complete. The inference code is serving.py's; the model
 and image options are tools/predict.py's.
+
+Smaller features (mlimages/inference/pca.py): --pca_dim K fits a PCA of K components on
+the features of this run's images, saves it (--pca FILE, default OUTPUT with .pca.npz for
+.npy) and writes the reduced N x K features; --pca FILE alone applies a saved PCA to this
+run's features, so that other image sets land in the same K dimensions:
+
+    .venv/bin/python tools/extract_features.py --checkpoint out/checkpoint --list train.txt \
+        --pca_dim 256 -o train.npy                       # + train.pca.npz
+    .venv/bin/python tools/extract_features.py --checkpoint out/checkpoint --list query.txt \
+        --pca train.pca.npz -o query.npy
 """
 import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
 runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
@@ -57,6 +67,14 @@ def build_parser():
     group.add_argument('--names', metavar='FILE',
                        help='the image names, one a line in row order (default: OUTPUT '
                             'with .txt instead of .npy)')
+    group.add_argument('--pca_dim', type=predict_args.positive_int, metavar='K',
+                       help='fit a PCA of K components on the features of these images '
+                            '(centred; the K directions of largest variance), save it to '
+                            '--pca and write the reduced N x K features (float32)')
+    group.add_argument('--pca', metavar='FILE',
+                       help='with --pca_dim: where the fitted PCA is saved (default: OUTPUT '
+                            'with .pca.npz instead of .npy); without: a PCA saved so, '
+                            'applied to these features: (x - mean) x components^T')
     return parser
 
 
@@ -74,17 +92,38 @@ def main(argv=None):
         if args.format == 'original' and args.names:
             parser.error('--names goes with --format npy; --format original writes the '
                          'names in its one file')
+        if args.format == 'original' and (args.pca or args.pca_dim):
+            parser.error('--pca_dim and --pca go with --format npy')
+        if args.pca_dim and args.pca and not os.path.isdir(
+                os.path.dirname(os.path.abspath(args.pca))):
+            parser.error('--pca %s: its directory does not exist' % args.pca)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
 
+    pca_file = args.pca or (
+        (args.output[:-4] if args.output.endswith('.npy') else args.output) + '.pca.npz')
+
     def work(serving, predictor, images, settings):
+        runs = common.checkout_module('mlimages.inference.runs')
         if args.format == 'original':
-            counts = serving.run_extract_features_text(predictor, images, args.output,
-                                                       args.batch_size, PROG)
-        else:
-            counts = serving.run_extract_features(predictor, images, args.output, args.names,
-                                                  args.batch_size, PROG)
-        return counts + (predictor.feature_dim,)
+            counts = runs.run_extract_features_text(predictor, images, args.output,
+                                                    args.batch_size, PROG)
+            return counts + (predictor.feature_dim, None)
+        pca_lib = common.checkout_module('mlimages.inference.pca')
+        saved = (pca_lib.load(args.pca, predictor.feature_dim)
+                 if args.pca and not args.pca_dim else None)
+        processed, skipped, pca = runs.run_extract_features(
+            predictor, images, args.output, args.names, args.batch_size, PROG, pca=saved,
+            fit_pca=(args.pca_dim, pca_file) if args.pca_dim else None)
+        dim = predictor.feature_dim if pca is None else len(pca.components)
+        note = None
+        if pca is not None:
+            note = '%s PCA %s: %d of %d dimensions, %.1f %% of the variance of the %d images ' \
+                'it was fitted on' % ('fitted and saved' if args.pca_dim else 'applied the',
+                                      pca_file if args.pca_dim else args.pca, dim,
+                                      predictor.feature_dim, 100 * pca_lib.explained(pca),
+                                      pca.count)
+        return processed, skipped, dim, note
 
     # Features do not depend on how the scores are read: no label type.
     try:
@@ -98,10 +137,12 @@ def main(argv=None):
         return status
     if result is None:
         return 2
-    processed, skipped, dim = result
+    processed, skipped, dim, note = result
     if not processed:
         error('no image could be processed (%d skipped); nothing written' % skipped)
         return 1
+    if note:
+        sys.stderr.write('%s: %s\n' % (PROG, note))
     sys.stderr.write('%s: %d x %d features in %s, %d images skipped\n'
                      % (PROG, processed, dim, args.output, skipped))
     return 0

@@ -19,7 +19,9 @@ inference code is serving.py's, shared with train.py --mode predict; this file o
 the command line (extract_features.py reuses its options). Images go through the original's
 inference preprocessing by default (--preprocess=original: shorter side 256, centre crop,
 OpenCV's bilinear), or train.py's evaluation crop (--preprocess=eval); a SavedModel has the
-one it was exported with.
+one it was exported with. --threshold calibrated lists each class at its own threshold, the
+ones train.py --mode=eval --threshold=calibrated chose on the validation split
+(mlimages/run/calibration.py).
 
 --hierarchy FILE (the ML-Images dictionary_and_semantic_hierarchy.txt, hierarchy.py) adds
 every listed class's path to the root (TSV column `path`, JSON field `path`), and with
@@ -66,9 +68,12 @@ def build_parser():
                        dest='top_k',
                        help='classes listed per image, best first (default: 5, at most the '
                             'number of classes)')
-    group.add_argument('--threshold', type=predict_args.unit_float, metavar='T',
+    group.add_argument('--threshold', type=predict_args.threshold, metavar='T',
                        help='multi-label: also list every class with sigmoid score >= T, '
-                            'flagged positive (default: 0.5)')
+                            'flagged positive (default: 0.5). calibrated: each class\'s own '
+                            'threshold, from the thresholds.txt beside --checkpoint (train.py '
+                            '--mode=eval --threshold=calibrated chooses them) or built into '
+                            'the SavedModel (exported with --threshold=calibrated)')
     group.add_argument('--single_label', action='store_true',
                        help='score classes with the softmax probability (a single-label '
                             'model, e.g. fine-tuned on ImageNet) and list only the top-k; '
@@ -135,6 +140,8 @@ def main(argv=None):
                 '--label_type=single (softmax scores)' % args.checkpoint)
         threshold = None if single or args.format == 'original' else (
             0.5 if args.threshold is None else args.threshold)
+        if threshold == predict_args.CALIBRATED:
+            threshold = predict_args.calibrated_thresholds(predictor, PROG)
         inference_io = common.checkout_module('mlimages.inference.inference_io')
         load = (inference_io.load_original_class_names if args.format == 'original'
                 else inference_io.load_class_names)
@@ -144,9 +151,10 @@ def main(argv=None):
                 raise serving.UsageError(hierarchy_lib.class_num_mismatch(
                     tree, predictor.class_num, "the model's class count"))
             names = names or [' '.join(name.split()) for name in tree.names]
-        return serving.run_predict(predictor, images, args.output, args.format,
-                                   args.batch_size, args.top_k, threshold, names, PROG,
-                                   tree, args.consistent)
+        runs = common.checkout_module('mlimages.inference.runs')
+        return runs.run_predict(predictor, images, args.output, args.format,
+                                args.batch_size, args.top_k, threshold, names, PROG,
+                                tree, args.consistent)
 
     names = [name for name in predict_args.SETTINGS
              if name != 'label_type' or args.format != 'original']

@@ -8,6 +8,7 @@ import sys
 
 from mlimages.cli import common
 from mlimages.distributed import devices
+from mlimages.errors import UsageError
 from mlimages.inference import inference_settings
 
 # The network settings of --checkpoint (inference_settings: from the flags.txt beside it
@@ -31,6 +32,43 @@ EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images tha
                'Ctrl-C (an output file appears only when complete).')
 
 
+CALIBRATED = 'calibrated'  # --threshold: the per-class thresholds (calibration.py)
+
+
+def threshold(text):
+    """--threshold: a number in [0, 1] or 'calibrated'."""
+    if text == CALIBRATED:
+        return CALIBRATED
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected a number in [0, 1] or calibrated, got %r'
+                                         % text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError('expected a number in [0, 1] or calibrated, got %g'
+                                         % value)
+    return value
+
+
+def calibrated_thresholds(predictor, prog):
+    """The per-class thresholds of --threshold=calibrated for the model of predictor: the
+    thresholds.txt beside its checkpoint (a warning line when chosen for another one), or
+    a SavedModel's assets.extra/thresholds.txt; UsageError without them."""
+    calibration = common.checkout_module('mlimages.run.calibration')
+    if predictor.checkpoint:
+        values, _, warnings = calibration.for_checkpoint(predictor.checkpoint,
+                                                         predictor.class_num)
+        for line in warnings:
+            sys.stderr.write('%s: %s\n' % (prog, line))
+        return values
+    if predictor.thresholds_file is None:
+        raise UsageError(
+            '--threshold=calibrated: the SavedModel %s has no calibrated thresholds (export it '
+            'with train.py --mode=export --threshold=calibrated, or give --threshold T)'
+            % predictor.source)
+    return calibration.read(predictor.thresholds_file, predictor.class_num)[0]
+
+
 def positive_int(text):
     try:
         value = int(text)
@@ -38,16 +76,6 @@ def positive_int(text):
         raise argparse.ArgumentTypeError('expected a positive integer, got %r' % text)
     if value <= 0:
         raise argparse.ArgumentTypeError('expected a positive integer, got %d' % value)
-    return value
-
-
-def unit_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError('expected a number in [0, 1], got %r' % text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError('expected a number in [0, 1], got %g' % value)
     return value
 
 

@@ -27,6 +27,18 @@ def fraction(name, value):
     return None if 0.0 <= value <= 1.0 else '--%s must be in [0, 1], got %g' % (name, value)
 
 
+def fraction_or(word):
+    """A string flag: `word`, or a number in [0, 1] (fraction)."""
+    def check(name, value):
+        if value == word:
+            return None
+        try:
+            return fraction(name, float(value))
+        except ValueError:
+            return '--%s must be a number in [0, 1] or %s, got %r' % (name, word, value)
+    return check
+
+
 def finite(low, inclusive=False, high=None, meaning=''):
     """A float that is finite and > low (>= low when inclusive), and < high if given."""
     def check(name, value):

@@ -146,6 +146,22 @@ def peers_to_watch(cluster, me, distribution):
     return found
 
 
+def for_task(plan, timeout, program, info, warn):
+    """The Watch of a task of a cluster job (distribute.plan's; None for a single process
+    and an evaluator), its peers announced with info(); it logs with warn() and ends the
+    task (exit_lost) when a task it cannot go on without is lost."""
+    if plan.task is None or plan.evaluates or plan.distribution not in ('ps', 'collective'):
+        return None
+    watched = peers_to_watch(plan.task.cluster, plan.task.name, plan.distribution)
+    info('%s watches %s (a task that does not answer for --peer_timeout=%s ends this one '
+         'with exit status %d, retryable)' % (
+             plan.task.name, ', '.join(sorted(watched)) or 'no other task',
+             '%d s' % timeout if timeout else '0 (no bound)', PEER_LOST_STATUS))
+    return Watch(watched, timeout, plan.distribution == 'collective', log=warn,
+                 lost=lambda line: exit_lost(program, line),
+                 activity='serving the variables' if plan.task.type == 'ps' else None)
+
+
 def lost_line(name, address, state, step, waited, activity=None):
     """The one line of a task that ends because `name` was lost: its process ended (state
     'ended': the connection this task held closed), or it refused or did not answer

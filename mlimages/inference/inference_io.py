@@ -201,14 +201,19 @@ def _dictionary_names(path, body, matches, first_line_number):
 
 def ranked_classes(scores, top_k, threshold=None):
     """[(rank, class, score, positive)] of the best classes of one image, best first: the
-    top_k, and with a threshold also every class with score >= threshold (positive).
-    Equal scores keep the lower class first, as tf.nn.top_k does."""
+    top_k, and with a threshold (one for every class, or one per class) also every class
+    with score >= its threshold (positive). Equal scores keep the lower class first, as
+    tf.nn.top_k does."""
     order = np.argsort(-scores, kind='stable')
     count = min(top_k, len(scores))
-    if threshold is not None:
-        count = max(count, int(np.sum(scores >= threshold)))
+    positive = None if threshold is None else scores >= np.float32(threshold)
+    if positive is not None:
+        listed = np.zeros(len(scores), bool)
+        listed[order[:count]] = True
+        order = order[listed[order] | positive[order]]
+        count = len(order)
     return [(rank + 1, int(c), float(scores[c]),
-             None if threshold is None else bool(scores[c] >= threshold))
+             None if positive is None else bool(positive[c]))
             for rank, c in enumerate(order[:count])]
 
 

@@ -1,8 +1,10 @@
-"""Inference: the one graph that runs a trained model on encoded images, as a SavedModel
-or in a session, shared by train.py --mode predict/export (and --export_dir), tools/predict.py
-and tools/extract_features.py, so that their numbers cannot drift apart:
+"""Inference: the one graph that runs a trained model on images, as a SavedModel or in a
+session, shared by train.py --mode predict/export (and --export_dir), tools/predict.py and
+tools/extract_features.py, so that their numbers cannot drift apart:
 
-    encoded image bytes [N] -> preprocessing (PREPROCESSING, chosen at build/export):
+    encoded image bytes [N] -> preprocessing (PREPROCESSING, chosen at build/export) in a
+                               tf.data pipeline that drops an image that fails to decode
+                               (decoded_batch: the M that decode and their places):
                                  original: image_preprocess.decode_uint8_like_opencv
                                    -> original_inference_image (the original's
                                    extract_feature.py / image_classification.py: shorter
@@ -10,22 +12,20 @@ and tools/extract_features.py, so that their numbers cannot drift apart:
                                  eval: decode_image -> eval_network_input
                                    (train.py's evaluation: central 80 %, squashed to S x S)
                             -> model_fn.make_model_fn(opts, Run(data_format))(..., PREDICT)
-                            -> scores (sigmoid), probabilities (softmax),
-                               top_k_classes / top_k_scores (by sigmoid score), features
+                            -> scores (sigmoid), probabilities (softmax), features, back in
+                               the request's N rows (zeros where an image failed), valid
+                               [N], top_k_classes / top_k_scores (by sigmoid score; -1 and 0
+                               where not valid), positives (scores >= each class's
+                               threshold, and valid)
 
-`export_saved_model` writes it as a SavedModel (signature 'serving_default', input
-'images': a batch of JPEG/PNG/GIF/BMP file contents); `Predictor` runs it in a tf.Session,
-restored from a checkpoint or loaded from such a SavedModel. `predict_images` runs batches
-and reports and skips images that cannot be read or decoded; run_predict /
-run_extract_features write the results (inference_io). Errors in the input are
-errors.UsageError / file_db.DataError: one line, exit status 2 in the callers.
+An export also has the float signature: network input [N, S, S, 3] (NHWC, RGB, [-1, 1])
+-> scores, probabilities, features, the same network on the same (resource) variables.
+export.py writes both as a SavedModel; `Predictor` runs the encoded one in a tf.Session,
+restored from a checkpoint or loaded from a SavedModel (saved_models.py: its directory).
+`predict_images` runs batches and reports and skips images that cannot be read or decoded;
+runs.py writes the results. Errors in the input are errors.UsageError / file_db.DataError:
+one line, exit status 2 in the callers.
 """
-import os
-import shutil
-import sys
-import tempfile
-import time
-
 import numpy as np
 import tensorflow.compat.v1 as tf
 
@@ -33,6 +33,7 @@ from mlimages.run import checkpoints
 from mlimages.distributed import devices
 import image_preprocess
 from mlimages.inference import inference_io
+from mlimages.inference import saved_models
 from mlimages.run import model_fn
 import resnet
 from mlimages.errors import UsageError, op_error_text
@@ -40,8 +41,12 @@ from mlimages.inference.inference_io import DEFAULT_THRESHOLD, DEFAULT_TOP_K
 
 INPUT_KEY = 'images'
 SIGNATURE_KEY = tf.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+FLOAT_SIGNATURE_KEY = 'float_images'
 SERVING_TAGS = [tf.saved_model.tag_constants.SERVING]
+# serving_default's outputs: OUTPUT_KEYS (every export of this program has them) + NEW_KEYS.
 OUTPUT_KEYS = ('scores', 'probabilities', 'top_k_classes', 'top_k_scores', 'features')
+NEW_KEYS = ('positives', 'valid')
+FLOAT_OUTPUT_KEYS = ('scores', 'probabilities', 'features')
 
 
 # ---------------------------------------------------------------------------- the graph
@@ -55,8 +60,6 @@ PREPROCESSING = {
     'eval': 'train.py\'s evaluation crop: the central 80 % resized to S x S, [-1, 1]',
 }
 DEFAULT_PREPROCESS = 'original'
-PREPROCESSING_FILE = os.path.join('assets.extra', 'preprocessing.txt')
-FLAGS_FILE = os.path.join('assets.extra', 'flags.txt')  # the training run's settings
 
 
 def check_preprocess(preprocess, flag='--preprocess'):
@@ -64,41 +67,94 @@ def check_preprocess(preprocess, flag='--preprocess'):
         raise UsageError('%s must be original or eval, got %r' % (flag, preprocess))
 
 
-def preprocess_batch(encoded, image_size, preprocess=DEFAULT_PREPROCESS):
-    """Encoded images [N] (tf.string) -> network input [N, S, S, 3]: each image through
+def preprocessing_line(preprocess, image_size):
+    return 'preprocess=%s: %s (S = %d)' % (preprocess, PREPROCESSING[preprocess], image_size)
+
+
+def network_input(encoded, image_size, preprocess=DEFAULT_PREPROCESS):
+    """One encoded image (tf.string) -> its network input [S, S, 3] through
     PREPROCESSING[preprocess]."""
     check_preprocess(preprocess)
-
-    def one(data):
-        if preprocess == 'original':
-            return image_preprocess.original_inference_image(
-                image_preprocess.decode_uint8_like_opencv(data), image_size)
-        image = image_preprocess.decode_image(data)
-        return image_preprocess.eval_network_input(image, image_size)
-    return tf.map_fn(one, encoded, back_prop=False,
-                     fn_output_signature=tf.TensorSpec([image_size, image_size, 3],
-                                                       tf.float32))
+    if preprocess == 'original':
+        return image_preprocess.original_inference_image(
+            image_preprocess.decode_uint8_like_opencv(encoded), image_size)
+    image = image_preprocess.decode_image(encoded)
+    return image_preprocess.eval_network_input(image, image_size)
 
 
-def serving_outputs(predictions, top_k):
-    """resnet_model_fn's predictions -> the serving outputs (OUTPUT_KEYS)."""
+def decoded_batch(encoded, image_size, preprocess=DEFAULT_PREPROCESS):
+    """Encoded images [N] -> (network input [M, S, S, 3] of the M that decode, their
+    indices in the batch [M] int32, in order). A tf.data pipeline whose ignore_errors drops
+    an image that fails (not an image, truncated): the request goes on without it."""
+    count = tf.size(encoded)
+    images = tf.data.Dataset.from_tensor_slices((tf.range(count), encoded))
+    images = images.map(lambda i, data: (i, network_input(data, image_size, preprocess)),
+                        num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
+    # All of them as one element (none when no image decodes); reduce gives the empty
+    # batch then, where get_single_element would fail.
+    images = images.batch(tf.cast(tf.maximum(count, 1), tf.int64))
+    empty = (tf.zeros([0], tf.int32), tf.zeros([0, image_size, image_size, 3]))
+    index, batch = images.reduce(empty, lambda got, new: (
+        tf.concat([got[0], new[0]], 0), tf.concat([got[1], new[1]], 0)))
+    batch.set_shape([None, image_size, image_size, 3])
+    return batch, index
+
+
+def request_outputs(predictions, index, count, top_k, thresholds):
+    """The network's predictions of the M images that decoded (at `index` of the count
+    images of the request) -> OUTPUT_KEYS + NEW_KEYS, one row per image of the request:
+    valid false, zeros, top_k_classes -1 and no positive for an image that did not decode."""
+    def rows(values):
+        return tf.scatter_nd(index[:, None], values,
+                             tf.concat([[count], tf.shape(values)[1:]], 0))
+    valid = rows(tf.ones_like(index)) > 0
+    scores = rows(predictions['scores'])
     class_num = tf.compat.dimension_value(predictions['scores'].shape[-1])
-    top_scores, top_classes = tf.nn.top_k(predictions['scores'], k=min(top_k, class_num))
-    return {'scores': predictions['scores'], 'probabilities': predictions['probabilities'],
-            'top_k_classes': tf.cast(top_classes, tf.int64), 'top_k_scores': top_scores,
-            'features': predictions['features']}
+    top_scores, top_classes = tf.nn.top_k(scores, k=min(top_k, class_num))
+    top_classes = tf.cast(top_classes, tf.int64)
+    return {'scores': scores, 'probabilities': rows(predictions['probabilities']),
+            'top_k_classes': tf.where(valid, top_classes, -tf.ones_like(top_classes)),
+            'top_k_scores': top_scores, 'features': rows(predictions['features']),
+            'positives': tf.logical_and(
+                scores >= tf.constant(thresholds, tf.float32, name='class_thresholds'),
+                valid[:, None]),
+            'valid': valid}
 
 
 def build_inference_graph(opts, data_format, top_k=DEFAULT_TOP_K,
-                          preprocess=DEFAULT_PREPROCESS):
-    """In the default graph: the string placeholder of encoded images and the outputs of
-    the model of opts (flags.Options: resnet_size, class_num, image_size, the batch-norm
-    settings, dtype) in data_format."""
-    encoded = tf.placeholder(tf.string, [None], name='encoded_images')
-    images = preprocess_batch(encoded, opts.image_size, preprocess)
+                          preprocess=DEFAULT_PREPROCESS, thresholds=None,
+                          float_signature=False):
+    """In the default graph, the model of opts (flags.Options: resnet_size, class_num,
+    image_size, the batch-norm settings, dtype) in data_format, on resource variables (a
+    TF2 client's tf.saved_model.load exposes them; a checkpoint restores them by name as any
+    variable). Returns {signature key: (input placeholder, {output: tensor})}: SIGNATURE_KEY,
+    the encoded images [N] -> request_outputs (thresholds [C] or one for every class,
+    default DEFAULT_THRESHOLD); with float_signature also FLOAT_SIGNATURE_KEY, network
+    inputs [N, S, S, 3] -> FLOAT_OUTPUT_KEYS, a second copy of the network on the same
+    variables."""
     model = model_fn.make_model_fn(opts, model_fn.Run(data_format=data_format))
-    spec = model(images, None, tf.estimator.ModeKeys.PREDICT)
-    return encoded, serving_outputs(spec.predictions, top_k)
+    size = opts.image_size
+    thresholds = np.broadcast_to(
+        np.float32(DEFAULT_THRESHOLD if thresholds is None else thresholds), [opts.class_num])
+    signatures = {}
+    with tf.variable_scope(tf.get_variable_scope(), use_resource=True):
+        if float_signature:
+            images = tf.placeholder(tf.float32, [None, size, size, 3], name='float_images')
+            predictions = model(images, None, tf.estimator.ModeKeys.PREDICT).predictions
+            signatures[FLOAT_SIGNATURE_KEY] = (
+                images, {key: predictions[key] for key in FLOAT_OUTPUT_KEYS})
+        with tf.variable_scope(tf.get_variable_scope(), reuse=True if float_signature else None):
+            encoded = tf.placeholder(tf.string, [None], name='encoded_images')
+            images, index = decoded_batch(encoded, size, preprocess)
+            decoded = tf.size(index)
+            # The network on one blank image when none decoded: a convolution of an empty
+            # batch fails on some CPU kernels.
+            images = tf.pad(images, [[0, tf.maximum(1 - decoded, 0)], [0, 0], [0, 0], [0, 0]])
+            predictions = model(images, None, tf.estimator.ModeKeys.PREDICT).predictions
+            predictions = {key: value[:decoded] for key, value in predictions.items()}
+            signatures[SIGNATURE_KEY] = (encoded, request_outputs(
+                predictions, index, tf.size(encoded), top_k, thresholds))
+    return signatures
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -112,127 +168,23 @@ def restore(session, checkpoint_path):
                          % (checkpoint_path, op_error_text(e)))
 
 
-# ---------------------------------------------------------------------------- export
-
-def versions(base):
-    """{version: path} of the SavedModels in base/<integer version>/ (TensorFlow Serving's
-    layout)."""
-    if not os.path.isdir(base):
-        return {}
-    return {int(name): os.path.join(base, name) for name in os.listdir(base)
-            if name.isdigit() and is_saved_model(os.path.join(base, name))}
-
-
-def check_export_dir(export_dir):
-    """export_dir may be new, empty or hold earlier versions (base/<integer>/), which an
-    export keeps."""
-    if not os.path.exists(export_dir):
-        return
-    if not os.path.isdir(export_dir):
-        raise UsageError('export directory %s exists and is not a directory' % export_dir)
-    if is_saved_model(export_dir):
-        raise UsageError('export directory %s is itself a SavedModel (an unversioned export); '
-                         'exports go to <dir>/<version>/ -- give a new directory, or move it '
-                         'to %s' % (export_dir, os.path.join(export_dir, '1')))
-    kept = versions(export_dir)
-    others = sorted(name for name in os.listdir(export_dir) if not name.startswith('.')
-                    and not (name.isdigit() and int(name) in kept))
-    if others:
-        raise UsageError('export directory %s holds something other than SavedModel versions '
-                         '(%s); give a new directory' % (export_dir, ', '.join(others)))
-
-
-def resolve_saved_model(path):
-    """A SavedModel directory, or a base of versions (its highest); raises UsageError."""
-    if os.path.isdir(path) and is_saved_model(path):
-        return path
-    found = versions(path)
-    if not found:
-        raise UsageError('%s is not a SavedModel directory (no saved_model.pb) nor a base '
-                         'directory of versions (<dir>/<integer>/saved_model.pb)' % path)
-    return found[max(found)]
-
-
-def preprocessing_line(preprocess, image_size):
-    return 'preprocess=%s: %s (S = %d)' % (preprocess, PREPROCESSING[preprocess], image_size)
-
-
-def saved_model_preprocessing(export_dir):
-    """The preprocessing line recorded in a SavedModel, or None (exported before it was)."""
-    path = os.path.join(export_dir, PREPROCESSING_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return f.read().strip()
-
-
-def is_saved_model(directory):
-    return any(os.path.isfile(os.path.join(directory, name))
-               for name in ('saved_model.pb', 'saved_model.pbtxt'))
-
-
-def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
-                       preprocess=DEFAULT_PREPROCESS, version=None, flags_lines=None):
-    """Writes the inference graph of opts (build_inference_graph; NHWC, which runs on CPUs
-    and GPUs alike -- the variables do not depend on the layout) with the checkpoint's
-    weights as the SavedModel
-    export_dir/<version>/ (TensorFlow Serving's layout; earlier versions stay), its
-    preprocessing (PREPROCESSING[preprocess]) built in and recorded in the SavedModel's
-    assets.extra/preprocessing.txt (`preprocess=NAME: description`); flags_lines, when
-    given, as assets.extra/flags.txt (the settings it was trained with). version: by default
-    the time in seconds, or one more than the highest existing version. Returns the path.
-
-    It is built under a hidden temporary name in export_dir (which TensorFlow Serving
-    ignores) and renamed when complete. The graph is float32 whatever opts' dtype (the
-    variables are float32 in every dtype's checkpoint).
-    """
-    check_export_dir(export_dir)
-    export_dir = os.path.abspath(export_dir)
-    os.makedirs(export_dir, exist_ok=True)
-    if version is None:
-        version = max([int(time.time())] + [v + 1 for v in versions(export_dir)])
-    target = os.path.join(export_dir, str(version))
-    if os.path.exists(target):
-        raise UsageError('version %s exists already' % target)
-    work = tempfile.mkdtemp(prefix='.tmp-%d-' % version, dir=export_dir)
-    building = os.path.join(work, 'saved_model')
-    # float32 whatever the training dtype: a bf16 graph serves only on CPUs with bf16 kernels
-    opts = opts._replace(dtype='fp32')
-    try:
-        with tf.Graph().as_default():
-            encoded, outputs = build_inference_graph(opts, 'channels_last', top_k, preprocess)
-            with tf.Session(config=devices.session_config()) as session:
-                restore(session, checkpoint_path)
-                signature = tf.saved_model.signature_def_utils.predict_signature_def(
-                    inputs={INPUT_KEY: encoded}, outputs=outputs)
-                builder = tf.saved_model.builder.SavedModelBuilder(building)
-                builder.add_meta_graph_and_variables(
-                    session, SERVING_TAGS, signature_def_map={SIGNATURE_KEY: signature},
-                    strip_default_attrs=True)
-                builder.save()
-        os.makedirs(os.path.join(building, os.path.dirname(PREPROCESSING_FILE)))
-        with open(os.path.join(building, PREPROCESSING_FILE), 'w') as f:
-            f.write(preprocessing_line(preprocess, opts.image_size) + '\n')
-        if flags_lines is not None:
-            with open(os.path.join(building, FLAGS_FILE), 'w') as f:
-                f.write('\n'.join(flags_lines) + '\n')
-        os.rename(building, target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
-
-
 # ---------------------------------------------------------------------------- prediction
 
 class Predictor(object):
     """The inference graph in a session; `run(encoded_images)` -> {output: array [N, ...]}.
 
-    Build it with `from_checkpoint` or `from_saved_model`; both give OUTPUT_KEYS.
+    Build it with `from_checkpoint` or `from_saved_model`; both give OUTPUT_KEYS, and
+    NEW_KEYS unless the SavedModel was exported before them (then a batch with an image
+    that does not decode fails as a whole, and predict_images runs the others again).
     """
 
-    def __init__(self, session, encoded, outputs, source, preprocessing=None):
+    def __init__(self, session, encoded, outputs, source, preprocessing=None,
+                 thresholds_file=None, checkpoint=None):
         self.session = session
         self.source = source
+        self.checkpoint = checkpoint  # the checkpoint path, when restored from one
+        # A SavedModel's assets.extra/thresholds.txt (exported with calibrated thresholds).
+        self.thresholds_file = thresholds_file
         # preprocessing_line(...) of the model's preprocessing; None for a SavedModel
         # exported before it was recorded.
         self.preprocessing = preprocessing
@@ -250,7 +202,8 @@ class Predictor(object):
                         preprocess=DEFAULT_PREPROCESS):
         graph = tf.Graph()
         with graph.as_default():
-            encoded, outputs = build_inference_graph(opts, data_format, top_k, preprocess)
+            encoded, outputs = build_inference_graph(opts, data_format, top_k,
+                                                     preprocess)[SIGNATURE_KEY]
             session = tf.Session(graph=graph, config=devices.session_config())
             try:
                 restore(session, checkpoint_path)
@@ -258,11 +211,11 @@ class Predictor(object):
                 session.close()
                 raise
         return cls(session, encoded, outputs, checkpoint_path,
-                   preprocessing_line(preprocess, opts.image_size))
+                   preprocessing_line(preprocess, opts.image_size), checkpoint=checkpoint_path)
 
     @classmethod
     def from_saved_model(cls, export_dir):
-        export_dir = resolve_saved_model(export_dir)
+        export_dir = saved_models.resolve_saved_model(export_dir)
         graph = tf.Graph()
         session = tf.Session(graph=graph, config=devices.session_config())
         try:
@@ -281,14 +234,19 @@ class Predictor(object):
                                          ', '.join(OUTPUT_KEYS)))
                 encoded = graph.get_tensor_by_name(signature.inputs[INPUT_KEY].name)
                 outputs = {key: graph.get_tensor_by_name(signature.outputs[key].name)
-                           for key in OUTPUT_KEYS}
+                           for key in OUTPUT_KEYS + NEW_KEYS if key in signature.outputs}
         except UsageError:
             session.close()
             raise
-        return cls(session, encoded, outputs, export_dir, saved_model_preprocessing(export_dir))
+        return cls(session, encoded, outputs, export_dir,
+                   saved_models.saved_model_preprocessing(export_dir),
+                   saved_models.asset(export_dir, saved_models.THRESHOLDS_FILE))
 
     def run(self, encoded_images, keys=OUTPUT_KEYS):
+        """{key: [N, ...]} of keys, and 'valid' when the graph has it."""
         fetches = {key: self._outputs[key] for key in keys}
+        if 'valid' in self._outputs:
+            fetches['valid'] = self._outputs['valid']
         return self.session.run(fetches, {self._encoded: list(encoded_images)})
 
     def decode_error(self, encoded_image):
@@ -355,11 +313,12 @@ def predict_images(predictor, images, batch_size, on_skip, keys=OUTPUT_KEYS):
 
 
 def _run_batch(predictor, batch, on_skip, keys):
-    """Runs one batch; when it fails, drops the undecodable images and runs the rest (one by
-    one if that still fails), reporting each image that fails."""
+    """Runs one batch, reporting each image the graph did not decode (valid false). A graph
+    without `valid` fails the whole batch: then this drops the undecodable images and runs
+    the rest (one by one if that still fails), reporting each image that fails."""
     if not batch:
         return []
-    rows = _try_rows(predictor, batch, keys)
+    rows = _try_rows(predictor, batch, keys, on_skip)
     if rows is not None:
         return rows
     good = []
@@ -371,114 +330,34 @@ def _run_batch(predictor, batch, on_skip, keys):
             good.append((name, data))
     if not good:
         return []
-    rows = _try_rows(predictor, good, keys)
+    rows = _try_rows(predictor, good, keys, on_skip)
     if rows is not None:
         return rows
     rows = []
     for name, data in good:
         try:
-            rows += _rows([(name, data)], predictor.run([data], keys), keys)
+            rows += _rows(predictor, [(name, data)], predictor.run([data], keys), keys,
+                          on_skip)
         except tf.errors.OpError as e:
             on_skip(name, op_error_text(e))
     return rows
 
 
-def _try_rows(predictor, batch, keys):
+def _try_rows(predictor, batch, keys, on_skip):
     """The rows of (name, data) `batch` run as one batch; None when the run fails."""
     try:
-        return _rows(batch, predictor.run([data for _, data in batch], keys), keys)
+        outputs = predictor.run([data for _, data in batch], keys)
     except tf.errors.OpError:
         return None
+    return _rows(predictor, batch, outputs, keys, on_skip)
 
 
-def _rows(batch, outputs, keys):
-    return [(name, {key: outputs[key][i] for key in keys}) for i, (name, _) in enumerate(batch)]
-
-
-# ---------------------------------------------------------------------------- programs
-
-def run_predict(predictor, images, output=None, fmt='tsv', batch_size=32,
-                top_k=DEFAULT_TOP_K, threshold=DEFAULT_THRESHOLD, class_names=None,
-                program='predict.py', hierarchy=None, consistent=False):
-    """Predicts every image and writes the result (stdout when output is None or '-').
-    fmt: 'tsv', 'jsonl' (inference_io.PredictionWriter) or 'original'
-    (inference_io.OriginalClassificationWriter: image_classification.py's text, softmax,
-    one image at a time as the original so that `open pic PATH failed` lines keep their
-    place; threshold is not used). hierarchy, consistent: PredictionWriter's. Returns (images processed, images skipped); a file
-    output is left out when none was processed."""
-    skipped = []
-    on_skip = inference_io.skip_reporter(program, skipped)
-    try:
-        with inference_io.atomic_output(output) as out:
-            if fmt == 'original':
-                writer = inference_io.OriginalClassificationWriter(out, top_k, class_names)
-                report = on_skip
-
-                def on_skip(name, reason):
-                    report(name, reason)
-                    writer.skip(name)
-                batch_size = 1
-            else:
-                writer = inference_io.PredictionWriter(out, fmt, top_k, threshold,
-                                                       class_names, hierarchy, consistent)
-            for name, outputs in predict_images(predictor, images, batch_size, on_skip,
-                                                keys=(writer.score_key,)):
-                writer.write(name, outputs)
-            if not writer.count:
-                out.discard()
-    except BrokenPipeError:
-        if output not in (None, '-'):
-            raise
-        # The reader of stdout has gone (`| head`): stop quietly, as command-line tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return writer.count, len(skipped)
-
-
-def run_extract_features_text(predictor, images, output, batch_size=32,
-                              program='extract_features.py'):
-    """extract_feature.py's output: one line per image that can be processed,
-    `path \t second field of its list line \t f1 ... fD` (inference_io.original_feature_line;
-    the second field from inference_io.original_list_entries' names, else empty), written
-    to `output` under a temporary name and renamed when complete. Returns (processed,
-    skipped)."""
-    skipped = []
-    on_skip = inference_io.skip_reporter(program, skipped)
-    count = 0
-    with inference_io.atomic_output(output) as out:
-        for name, outputs in predict_images(predictor, images, batch_size, on_skip,
-                                            keys=('features',)):
-            out.write(inference_io.original_feature_line(name, outputs['features']))
-            count += 1
-        if not count:
-            out.discard()
-    return count, len(skipped)
-
-
-def run_extract_features(predictor, images, output, names_output=None, batch_size=32,
-                         program='extract_features.py'):
-    """The pooled feature of every image that can be processed: `output` (.npy, float32,
-    N x feature_dim) and `names_output` (one image name per line, in row order; default:
-    output with .txt for .npy). Rows are streamed through a temporary file, so memory does
-    not grow with N; both files appear only when complete. Returns (processed, skipped)."""
-    names_output = names_output or (output[:-4] if output.endswith('.npy') else output) + '.txt'
-    skipped = []
-    on_skip = inference_io.skip_reporter(program, skipped)
-    names = []
-    with tempfile.TemporaryFile() as rows, \
-            inference_io.atomic_output(names_output) as names_file, \
-            inference_io.atomic_output(output, binary=True) as npy:
-        for name, outputs in predict_images(predictor, images, batch_size, on_skip,
-                                            keys=('features',)):
-            rows.write(np.asarray(outputs['features'], '<f4').tobytes())
-            names_file.write(name + '\n')
-            names.append(name)
-        if not names:
-            names_file.discard()
-            npy.discard()
-            return 0, len(skipped)
-        shape = (len(names), predictor.feature_dim)
-        np.lib.format.write_array_header_1_0(npy.stream, {
-            'descr': '<f4', 'fortran_order': False, 'shape': shape})
-        rows.seek(0)
-        shutil.copyfileobj(rows, npy.stream)
-    return len(names), len(skipped)
+def _rows(predictor, batch, outputs, keys, on_skip):
+    rows = []
+    for i, (name, data) in enumerate(batch):
+        if 'valid' in outputs and not outputs['valid'][i]:
+            on_skip(name, 'cannot decode: %s' % (predictor.decode_error(data) or
+                                                 'the model\'s decoder failed'))
+        else:
+            rows.append((name, {key: outputs[key][i] for key in keys}))
+    return rows

@@ -20,6 +20,13 @@ reads value at the end. Per batch, with labels y [B, C] and sigmoid scores s [B,
   macro_f1     mean over classes with a positive or a prediction of 2 TP_c / (2 TP_c + FP_c + FN_c)
   accuracy     share of images with argmax(y) == argmax over valid classes of s
 
+threshold may also be per class, t [C] (pred[b, c] = valid and s[b, c] >= t_c), e.g. the
+calibrated thresholds of f1_optimal_thresholds, which work on the whole split at once (numpy):
+  t_c          the t among the valid scores of class c that maximizes
+               F1_c(t) = 2 TP_c(t) / (P_c + PRED_c(t)),  TP_c(t) = #{b: pos, s_bc >= t},
+               PRED_c(t) = #{b: valid, s_bc >= t},  P_c = #{b: pos}; of equal F1 the highest t;
+               the global threshold where P_c = 0
+
 Counts are float64: they are exact integers up to 2^53, whereas float32 stops at
 2^24 = 16.8 M. 50,000 val images x 11,166 classes make 5.6e8 entries for the micro-F1 sums,
 and the 17.6 M training images pass 2^24 even in a single histogram bin.
@@ -27,6 +34,7 @@ and the 17.6 M training images pass 2^24 even in a single histogram bin.
 import collections
 import math
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 
 MASK_THRES = 0.7
@@ -210,7 +218,8 @@ def precision_at_k(labels, scores, k, mask_thres=MASK_THRES, name=None):
 
 def f1_counts(labels, scores, mask_thres, threshold):
     """Per class, over valid entries only ([B, C] -> three [C] float64):
-    TP = sum_b pos * pred,  FP = sum_b (1 - pos) * pred,  FN = sum_b pos * (1 - pred)."""
+    TP = sum_b pos * pred,  FP = sum_b (1 - pos) * pred,  FN = sum_b pos * (1 - pred);
+    threshold: one for every class, or one per class ([C])."""
     valid = valid_entries(labels)
     pos = tf.cast(positive_entries(labels, mask_thres), tf.float64)
     pred = tf.cast(tf.logical_and(valid, scores >= threshold), tf.float64)
@@ -295,3 +304,41 @@ def multilabel_metrics(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
         ('macro_f1', macro_f1(labels, scores, mask_thres, threshold)),
         ('accuracy', top1_accuracy(labels, scores)),
     ])
+
+
+def f1_optimal_thresholds(labels, scores, mask_thres=MASK_THRES, default=F1_THRESHOLD,
+                          classes_at_once=256):
+    """t_c (module docstring) for labels y and scores s, numpy [N, C] of the whole split:
+    returns (t [C] float32, F1_c(t_c) [C] float64, P_c [C] int64); t_c = default and F1 0
+    where P_c = 0. t_c is one of the class's scores, so s >= t_c takes exactly the images
+    it was chosen on, in float32 as the graphs compare. classes_at_once bounds the sort's
+    memory (N x classes_at_once x 8 bytes)."""
+    labels = np.asarray(labels, np.float32)
+    scores = np.asarray(scores, np.float32)
+    count = labels.shape[1]
+    thresholds = np.full(count, default, np.float32)
+    best = np.zeros(count)
+    positives = np.zeros(count, np.int64)
+    for start in range(0, count, classes_at_once):
+        block = slice(start, start + classes_at_once)
+        y, s = labels[:, block], scores[:, block]
+        valid = y != -1.0
+        pos = valid & (y >= np.float32(mask_thres))
+        # Invalid entries sort last as -inf and are never taken.
+        s = np.where(valid, s, -np.inf)
+        order = np.argsort(-s, axis=0, kind='stable')
+        s = np.take_along_axis(s, order, axis=0)
+        tp = np.cumsum(np.take_along_axis(pos, order, axis=0), axis=0)
+        taken = np.cumsum(np.take_along_axis(valid, order, axis=0), axis=0)
+        total = pos.sum(axis=0)
+        # t = s[k] takes every entry down to the last one equal to s[k]: only the last of
+        # each run of equal scores is a cut.
+        cut = np.vstack([s[1:] != s[:-1], np.ones((1, s.shape[1]), bool)]) & (s > -np.inf)
+        f1 = np.where(cut, 2.0 * tp / np.maximum(total + taken, 1), -1.0)
+        k = np.argmax(f1, axis=0)  # the first maximum: the highest threshold
+        columns = np.arange(s.shape[1])
+        has = total > 0
+        thresholds[block] = np.where(has, s[k, columns], default)
+        best[block] = np.where(has, f1[k, columns], 0.0)
+        positives[block] = total
+    return thresholds, best, positives

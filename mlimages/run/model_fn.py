@@ -14,12 +14,15 @@ Momentum, and the summaries.
       var_list   every trainable variable, or under FixBlock2 (frozen_stages 2) those whose
                  name contains stages_2, stages_3, global_pool or logits
 
-Summaries: images, cross_entropy, train_accuracy, learning_rate, skipped_records and the
-loss's histograms; evaluation metrics are metrics.multilabel_metrics, with the run's
+Summaries (training and evaluation; a prediction graph has none): images, cross_entropy,
+train_accuracy, learning_rate, skipped_records and the loss's histograms; evaluation
+metrics are metrics.multilabel_metrics (F1 at the number of --threshold), with the run's
 leaf_mask (train.py --hierarchy) also mAP_leaf over the classes L with leaf_mask true and
-mAP_inner over the others (metrics.masked_mean with M = L, then M = not L). Evaluation's
-cross_entropy is the mean over the val images of loss.per_image_cross_entropy: the same at
-any --batch_size (training's is per batch; its positives and selection are the batch's).
+mAP_inner over the others (metrics.masked_mean with M = L, then M = not L); the run's
+score_hook (--threshold=calibrated) sees every evaluation batch's labels and scores.
+Evaluation's cross_entropy is the mean over the val images of
+loss.per_image_cross_entropy: the same at any --batch_size (training's is per batch;
+its positives and selection are the batch's).
 
 The settings come whole, as the run's options (flags.Options: every flag's value), and
 what is derived from them for this run, as a Run.
@@ -28,6 +31,7 @@ import collections
 
 import tensorflow.compat.v1 as tf
 
+from mlimages.run import calibration
 from mlimages.run import checkpoints
 from mlimages.distributed import distribute
 from mlimages.run import hooks
@@ -54,7 +58,8 @@ Run = collections.namedtuple('Run', [
     'warm_start',              # (checkpoint, variable names) to fine-tune from, or None
     'head_shards',             # slices of the classifier head (ps mode: one a ps task)
     'stop_together',           # a synchronous job: its tasks agree in each step on a stop
-], defaults=(None, None, None, 'worker', False, False, None, None, 1, False))
+    'score_hook',              # evaluation: hook(labels, scores) -> a SessionRunHook, or None
+], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -113,7 +118,8 @@ def resnet_model_fn(features, labels, mode, opts, run):
     # cluster built on them would be recompiled at every new shape.
     with tf.xla.experimental.jit_scope(compile_ops=False):
         features = image_preprocess.network_input(features, training)
-    tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
+    if mode != tf.estimator.ModeKeys.PREDICT:  # no summary in an inference graph
+        tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
     model = resnet.ResNet(opts.resnet_size, opts.class_num, run.data_format,
                           opts.batch_norm_decay, opts.batch_norm_epsilon,
                           2 if opts.FixBlock2 else 0, opts.frozen_bn, run.head_shards)
@@ -179,20 +185,24 @@ def resnet_model_fn(features, labels, mode, opts, run):
         training_hooks.append(hooks.TrainingLogHook(
             logged, run.images_per_step, opts.log_interval, run.max_steps,
             run.images_per_global_step, run.worker_name, run.job))
-    eval_metrics = None
+    eval_metrics, evaluation_hooks = None, []
     if mode == tf.estimator.ModeKeys.EVAL:
         # The histograms of mAP cannot place a NaN: say what it means instead.
         scores = tf.debugging.check_numerics(
             predictions['scores'], 'the model outputs NaN or Inf in inference mode (a '
             'diverged model, or one trained too briefly for its batch-norm moving averages)')
         eval_metrics = metrics.multilabel_metrics(
-            labels, scores, opts.mask_thres, class_masks=hierarchy_masks(run.leaf_mask))
+            labels, scores, opts.mask_thres, threshold=calibration.global_threshold(
+                opts.threshold), class_masks=hierarchy_masks(run.leaf_mask))
         eval_metrics['cross_entropy'] = tf.metrics.mean(per_image)
+        if run.score_hook:
+            evaluation_hooks.append(run.score_hook(labels, scores))
     scaffold = None
     if run.legacy_counters:
         # Built last: the saver must see every variable, the Momentum slots included.
         scaffold = tf.train.Scaffold(saver=checkpoints.legacy_saver(opts.max_to_keep))
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
-        eval_metric_ops=eval_metrics, training_hooks=training_hooks, scaffold=scaffold)
+        eval_metric_ops=eval_metrics, training_hooks=training_hooks,
+        evaluation_hooks=evaluation_hooks, scaffold=scaffold)
 

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.framework import config as tf_config
 
+from mlimages.run import calibration
 from mlimages.run import checkpoints
 from mlimages.distributed import cluster_flags
 from mlimages.distributed import devices
@@ -222,12 +223,20 @@ def evaluation_checkpoint(opts):
 
 def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
     """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
-    Without an estimator: --checkpoint_path, else the latest in --model_dir."""
+    Without an estimator: --checkpoint_path, else the latest in --model_dir; with
+    --threshold=calibrated also chooses the thresholds per class on these batches
+    (calibration.calibrate: thresholds.txt beside the checkpoint, F1 global vs calibrated
+    in the metrics)."""
+    collector = None
     if estimator is None:
         files = evaluation_files(opts)
         checkpoint_path = evaluation_checkpoint(opts)
         log_to_file(opts.log_dir)
-        estimator = make_estimator(opts, model_run(opts, data_format(opts)))
+        run = model_run(opts, data_format(opts))
+        if opts.threshold == calibration.CALIBRATED:
+            collector = calibration.ScoreCollector(opts.mask_thres)
+            run = run._replace(score_hook=collector.hook)
+        estimator = make_estimator(opts, run)
     checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
     checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
     try:
@@ -238,6 +247,14 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
         raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
     tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
                     results['global_step'], opts.test_iter or 'all', format_metrics(results))
+    if collector is not None:
+        found, _, lines = calibration.calibrate(
+            collector, checkpoint_path, opts.threshold,
+            '%s val batches of %s (%s)' % (opts.test_iter or 'all', opts.data_dir,
+                                          os.path.basename(checkpoint_path)))
+        results.update(found)
+        for line in lines:
+            tf.logging.info('%s', line)
     return results
 
 
@@ -339,7 +356,8 @@ def train(opts, settings=None, extra_hooks=()):
     tracker = hooks.StepTracker()
     preempt = preemption.Preemption(PROGRAM)
     stop_hook = preemption.StopHook(preempt)
-    watch = peer_watch(opts, plan)
+    watch = peers.for_task(plan, opts.peer_timeout, PROGRAM, tf.logging.info,
+                           tf.logging.warning)
     run_hooks = [tracker] + ([hooks.PeerWatchHook(watch, tracker)] if watch else []) + [
         hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
     if plan.distribution == 'ps' and opts.max_iter > 0:
@@ -396,23 +414,6 @@ def op_determinism(enabled):
         yield
     finally:
         tf_config.disable_op_determinism()
-
-
-def peer_watch(opts, plan):
-    """The peers.Watch of a task of a cluster job (None for a single process and an
-    evaluator): it ends the task when a task it cannot go on without is lost."""
-    if plan.task is None or plan.evaluates or plan.distribution not in ('ps', 'collective'):
-        return None
-    watched = peers.peers_to_watch(plan.task.cluster, plan.task.name, plan.distribution)
-    tf.logging.info('%s watches %s (a task that does not answer for --peer_timeout=%s ends '
-                    'this one with exit status %d, retryable)', plan.task.name,
-                    ', '.join(sorted(watched)) or 'no other task',
-                    '%d s' % opts.peer_timeout if opts.peer_timeout else '0 (no bound)',
-                    peers.PEER_LOST_STATUS)
-    return peers.Watch(watched, opts.peer_timeout, plan.distribution == 'collective',
-                       log=tf.logging.warning,
-                       lost=functools.partial(peers.exit_lost, PROGRAM),
-                       activity='serving the variables' if plan.task.type == 'ps' else None)
 
 
 def serve_ps(estimator, plan, watch):
