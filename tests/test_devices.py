@@ -7,6 +7,7 @@ import tensorflow.compat.v1 as tf
 
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
+from mlimages.inference import export
 from mlimages.inference import serving
 from mlimages.run import training
 
@@ -108,8 +109,10 @@ def test_every_session_of_training_and_evaluation_soft_places(given, tmp_path):
 
 
 def test_prediction_and_export_sessions_soft_place_and_grow():
-    source = open(serving.__file__).read()
-    assert source.count('tf.Session(') == source.count('config=devices.session_config()') == 3
+    for module, sessions in ((serving, 2), (export, 1)):
+        source = open(module.__file__).read()
+        assert source.count('tf.Session(') == \
+            source.count('config=devices.session_config()') == sessions, module.__name__
 
 
 def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):

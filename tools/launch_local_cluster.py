@@ -57,6 +57,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from mlimages import errors
 from mlimages.config import startup
 from mlimages.cli import ports as ports_lib
 
@@ -287,6 +288,8 @@ def run_cluster(tasks, distribution, restarts, timeout, say, stop_requested):
             say('timeout: %d s passed; stopping every task' % timeout)
             return 1
         died = [t for t in tasks if t.poll() is not None and t.returncode != 0]
+        # A task that ended because its peer was lost is named after the peer's own exit.
+        died.sort(key=lambda t: t.returncode == errors.PEER_LOST_STATUS)
         for task in died:
             if task.poll() is None:  # restarted already, with the others of its job
                 continue

@@ -393,7 +393,7 @@ def train(opts, settings=None, extra_hooks=()):
                 ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
     if preempt.requested():
         raise failures.interrupted(preempt, opts, plan, tracker.last_step)
-    if plan.distribution == 'ps':  # the ps tasks end once the chief and workers are done
+    if plan.distribution == 'ps' and plan.trains:  # the ps end once the trainers are done
         ps_server.report_done(plan.task.cluster, plan.worker_id, tf.logging.warning)
     tf.logging.info('done; TensorBoard: %s --logdir %s', interpreter.script_command(
         'tensorboard'), opts.model_dir)
