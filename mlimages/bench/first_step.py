@@ -52,6 +52,7 @@ from mlimages.cli import ports as ports_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARTS = ('start', 'setup', 'graph', 'session', 'variables', 'checkpoint', 'step')
+MODES = ('mirrored', 'processes')
 
 # One process of a measured run: train.py's command line with timing patches. argv:
 # mode (single, mirrored, task), replicas, then train.py's flags.
@@ -225,13 +226,13 @@ def measure(variant, replicas, args, checkout=ROOT):
     return result
 
 
-def variants(replica_counts, before=False):
-    """(name, variant, replicas, checkout) of one turn: single, then each mode for each
-    count > 1; before: each also on the checkout `before` (names ending in ' <')."""
+def variants(replica_counts, before=False, modes=MODES):
+    """(name, variant, replicas, checkout) of one turn: single, then each of `modes` for
+    each count > 1; before: each also on the checkout `before` (names ending in ' <')."""
     out = [('single', 'single', 1)]
     for r in replica_counts:
         if r > 1:
-            out += [('mirrored x%d' % r, 'mirrored', r), ('processes x%d' % r, 'processes', r)]
+            out += [('%s x%d' % (mode, r), mode, r) for mode in modes]
     out = [run + (ROOT,) for run in out]
     if before:
         out += [(name + ' <', variant, r, before) for name, variant, r, _ in out]
@@ -247,11 +248,18 @@ def run_turns(runs, repeats, measure_one, say):
         this_turn = {}
         for name, variant, replicas, checkout in order:
             say('turn %d/%d: %s ...' % (turn + 1, repeats, name))
-            this_turn[name] = measure_one(variant, replicas, checkout)
+            try:
+                this_turn[name] = measure_one(variant, replicas, checkout)
+            except RuntimeError as e:  # e.g. killed for memory: the others still count
+                say('%s failed: %s' % (name, str(e).strip().splitlines()[0]))
+                continue
             results[name].append(this_turn[name])
+            say('%s: %s' % (name, json.dumps({k: round(v, 2) for k, v in
+                                               this_turn[name].items()})))
         for name in this_turn:
             base = 'single <' if name.endswith(' <') else 'single'
-            ratios[name].append(this_turn[name]['total'] / this_turn[base]['total'])
+            if base in this_turn:
+                ratios[name].append(this_turn[name]['total'] / this_turn[base]['total'])
     return results, ratios
 
 
@@ -260,15 +268,18 @@ def format_table(title, results, ratios):
     lines = [title, '  %-15s %s %7s %7s %8s' % (
         'variant', ' '.join('%10s' % c for c in columns), 'ratio', 'CPU s', 'peak GB')]
     for name, rows in results.items():
+        if not rows:
+            lines.append('  %-15s failed in every turn' % name)
+            continue
         median = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
         lines.append('  %-15s %s %6.2fx %7.1f %8.2f' % (
             name, ' '.join('%10.1f' % median[c] for c in columns),
-            float(np.median(ratios[name])), median['cpu_s'], median['peak_gb']))
-    lines.append('  (seconds, medians of %d turns; ratio = median per-turn total / single\'s of '
+            float(np.median(ratios[name] or [np.nan])), median['cpu_s'], median['peak_gb']))
+    lines.append('  (seconds, medians of %d turn(s); ratio = median per-turn total / single\'s of '
                  'the same checkout; '
                  'processes: the chief\'s parts, the job\'s total, CPU and memory summed '
                  'over its processes; " <": the --startup_before checkout)'
-                 % len(next(iter(results.values()))))
+                 % max(len(rows) for rows in results.values()))
     return '\n'.join(lines)
 
 
@@ -282,6 +293,9 @@ def add_arguments(parser):
                        help='ResNet depths')
     group.add_argument('--startup_replicas', type=int, nargs='+', default=[8],
                        help='replica counts (> 1) besides the single device')
+    group.add_argument('--startup_modes', nargs='+', choices=MODES, default=list(MODES),
+                       help='layouts of the replicas (processes x 8 of ResNet-101 take about '
+                            '16 GB of host memory in all)')
     group.add_argument('--startup_repeats', type=int, default=2, help='turns')
     group.add_argument('--startup_batch_size', type=int, default=1, help='per replica')
     group.add_argument('--startup_image_size', type=int, default=64,
@@ -300,7 +314,8 @@ def main(args):
     for size in args.startup_sizes:
         args.resnet_size = size
         runs = variants(args.startup_replicas,
-                        os.path.abspath(args.startup_before) if args.startup_before else False)
+                        os.path.abspath(args.startup_before) if args.startup_before else False,
+                        args.startup_modes)
         results, ratios = run_turns(runs, args.startup_repeats,
                                     lambda v, r, checkout: measure(v, r, args, checkout), say)
         out.append(format_table(
