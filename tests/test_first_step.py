@@ -51,3 +51,12 @@ def test_turns_rotate_and_ratios_are_taken_within_a_turn():
     assert ratios['mirrored x8'] == pytest.approx([4.0] * 3)
     assert ratios['processes x8'] == pytest.approx([2.0] * 3)
     assert [r['total'] for r in results['single']] == [30.0, 10.0, 20.0]
+
+
+def test_processes_that_would_not_fit_in_memory_are_not_started(tmp_path, monkeypatch):
+    meminfo = tmp_path / 'meminfo'
+    meminfo.write_text('MemTotal:       25165824 kB\nMemAvailable:   10485760 kB\n')
+    assert first_step.available_gb(str(meminfo)) == 10.0
+    monkeypatch.setattr(first_step, 'available_gb', lambda: 10.0)
+    with pytest.raises(RuntimeError, match='8 processes need about 16.0 GB, 10.0 GB'):
+        first_step.measure('processes', 8, None, single_gb=2.0)

@@ -194,10 +194,26 @@ def run_processes(commands, envs, timeout, checkout=ROOT):
     return records
 
 
-def measure(variant, replicas, args, checkout=ROOT):
+def available_gb(path='/proc/meminfo'):
+    """The memory the kernel says new processes can take (MemAvailable), None elsewhere."""
+    try:
+        with open(path) as f:
+            fields = dict(line.split(':', 1) for line in f)
+        return int(fields['MemAvailable'].split()[0]) / 1024.0 ** 2
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def measure(variant, replicas, args, checkout=ROOT, single_gb=0.0):
     """One run of a variant ('single', 'mirrored', 'processes') of the trainer in
     `checkout`: the parts of its process (of the chief, for processes), its total, and
-    the CPU and memory of all."""
+    the CPU and memory of all. single_gb: a single device's peak; R processes that would
+    need more than the memory available are not started (RuntimeError): on a shared
+    machine the kernel would kill the largest process, whoever's."""
+    free = available_gb()
+    if variant == 'processes' and free is not None and replicas * single_gb > 0.9 * free:
+        raise RuntimeError('not started: %d processes need about %.1f GB, %.1f GB available'
+                           % (replicas, replicas * single_gb, free))
     model_dir = tempfile.mkdtemp(prefix='startup_')
     base = dict(os.environ, CUDA_VISIBLE_DEVICES='', TF_CPP_MIN_LOG_LEVEL='3')
     base.pop('TF_CONFIG', None)
@@ -295,7 +311,8 @@ def add_arguments(parser):
                        help='replica counts (> 1) besides the single device')
     group.add_argument('--startup_modes', nargs='+', choices=MODES, default=list(MODES),
                        help='layouts of the replicas (processes x 8 of ResNet-101 take about '
-                            '16 GB of host memory in all)')
+                            '16 GB of host memory in all: R processes are started only when '
+                            'R x the single device\'s peak fits in the memory available)')
     group.add_argument('--startup_repeats', type=int, default=2, help='turns')
     group.add_argument('--startup_batch_size', type=int, default=1, help='per replica')
     group.add_argument('--startup_image_size', type=int, default=64,
@@ -316,8 +333,14 @@ def main(args):
         runs = variants(args.startup_replicas,
                         os.path.abspath(args.startup_before) if args.startup_before else False,
                         args.startup_modes)
-        results, ratios = run_turns(runs, args.startup_repeats,
-                                    lambda v, r, checkout: measure(v, r, args, checkout), say)
+        single = {}
+
+        def measure_one(variant, replicas, checkout):
+            result = measure(variant, replicas, args, checkout, single.get('peak_gb', 0.0))
+            if variant == 'single':
+                single['peak_gb'] = max(single.get('peak_gb', 0.0), result['peak_gb'])
+            return result
+        results, ratios = run_turns(runs, args.startup_repeats, measure_one, say)
         out.append(format_table(
             'time to the first step, ResNet-%d, %d classes, batch %d per replica, image %d:'
             % (size, args.class_num, args.startup_batch_size, args.startup_image_size),
