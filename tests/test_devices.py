@@ -1,14 +1,13 @@
 """devices.py: the GPUs a process sees for --visiable_gpu/--num_gpus, the thread plan of
 --tf_gpu_thread_mode, and the session options every session gets."""
 import json
+import os
 
 import pytest
 import tensorflow.compat.v1 as tf
 
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
-from mlimages.inference import export
-from mlimages.inference import serving
 from mlimages.run import training
 
 
@@ -108,11 +107,34 @@ def test_every_session_of_training_and_evaluation_soft_places(given, tmp_path):
         (given.get('dtype') == 'fp16')
 
 
-def test_prediction_and_export_sessions_soft_place_and_grow():
-    for module, sessions in ((serving, 2), (export, 1)):
-        source = open(module.__file__).read()
-        assert source.count('tf.Session(') == \
-            source.count('config=devices.session_config()') == sessions, module.__name__
+def session_calls(path):
+    """The argument text of every tf.Session(...) call in a source file."""
+    source = open(path).read()
+    calls, start = [], source.find('tf.Session(')
+    while start >= 0:
+        depth, end = 0, start + len('tf.Session')
+        for end in range(end, len(source)):
+            depth += {'(': 1, ')': -1}.get(source[end], 0)
+            if depth == 0:
+                break
+        calls.append(source[start:end + 1])
+        start = source.find('tf.Session(', end)
+    return calls
+
+
+def test_every_session_of_the_product_has_a_config():
+    """A session without one places no op softly and takes every GPU's memory at once
+    (the benchmark's photo windows opened two such sessions)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bare = []
+    for folder in ('mlimages', 'tools', '.'):
+        for dirpath, dirs, files in os.walk(os.path.join(root, folder)):
+            dirs[:] = [] if folder == '.' else dirs
+            bare += ['%s: %s' % (os.path.relpath(os.path.join(dirpath, name), root), call)
+                     for name in files if name.endswith('.py')
+                     for call in session_calls(os.path.join(dirpath, name))
+                     if 'config=' not in call]
+    assert bare == []
 
 
 def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):

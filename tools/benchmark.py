@@ -34,7 +34,8 @@ over 11,166 classes, written by tools/make_tfrecords.py) and reused from --shard
 --photos / --coverage: photo-size records instead (1-10 MP, before and after
 convert_tfrecords.py --short_side) and the crop resolution the network sees (mlimages/bench/photos.py).
 --bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
-(mlimages/bench/bookkeeping.py).
+(mlimages/bench/bookkeeping.py). --startup: the time to the first training step of one
+device, MirroredStrategy and one process per device, in parts (mlimages/bench/first_step.py).
 """
 import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
 runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
@@ -49,6 +50,7 @@ from mlimages.config import startup
 from mlimages.bench import bookkeeping
 from mlimages.cli import common
 from mlimages.bench import photos
+from mlimages.bench import first_step
 
 from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,
                              build_pipeline, cpu_description, make_shards,
@@ -169,6 +171,7 @@ def build_parser():
     step.add_argument('--step_warmup', type=int, default=1)
     photos.add_arguments(parser)
     bookkeeping.add_arguments(parser)
+    first_step.add_arguments(parser)
     return parser
 
 
@@ -188,6 +191,8 @@ def main(argv=None):
         return photos.main(args)
     if args.bookkeeping:
         return bookkeeping.main(args)
+    if args.startup:
+        return first_step.main(args)
     if args.files:
         files = sorted(glob.glob(args.files))
         if not files:

@@ -10,9 +10,10 @@ over the R devices, model_fn, the optimizer, synthetic data), up to the moment t
 session would start; a hook then reports
 
     bytes      len(graph_def.SerializeToString()) (protobuf stops at 2 GB)
-    control    control inputs over all nodes (the '^name' inputs); TensorFlow's own
-               optimizer under MirroredStrategy groups every device's updates once per
-               device (R x R x variables of them)
+    control    control inputs over all nodes (the '^name' inputs): linear in R
+               (TensorFlow's own optimizer under MirroredStrategy grouped every device's
+               updates again for each device, R x R x variables of them, until
+               distribute.FinishOnce)
     gradient_control  those of the gradient ops (scope gradients/, replica_k/gradients/)
     nodes      nodes of the graph
     build_s    seconds from estimator.train() to the hook (graph construction)

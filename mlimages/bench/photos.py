@@ -38,6 +38,7 @@ import sys
 import numpy as np
 
 from mlimages.cli import common
+from mlimages.distributed import devices
 
 PHOTO_SIZES = ((1024, 768), (1600, 1067), (2560, 1920), (3648, 2736))
 SHORT_SIDES = (224, 256, 288, 320, 384, 448, 512, 640)
@@ -93,7 +94,7 @@ def train_windows(height, width, samples, object_cover=0.7, area_cover=0.7, seed
         sizes = tf.map_fn(
             lambda _: image_preprocess.crop_window(shape, object_cover, area_cover, seed)[1][:2],
             tf.range(samples), dtype=tf.int32, parallel_iterations=1)
-        with tf.Session() as session:
+        with tf.Session(config=devices.session_config()) as session:
             return session.run(sizes)
 
 
@@ -103,7 +104,7 @@ def eval_window(height, width):
     tf = common.tensorflow()
     with tf.Graph().as_default():
         _, size = image_preprocess.central_window(tf.constant([height, width, 3]))
-        with tf.Session() as session:
+        with tf.Session(config=devices.session_config()) as session:
             return tuple(int(v) for v in session.run(size)[:2])
 
 

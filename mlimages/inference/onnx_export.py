@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from mlimages.distributed import devices
 from mlimages.errors import ExportError, UsageError
 from mlimages.inference import saved_models, serving
 
@@ -70,7 +71,8 @@ def check(export_dir, onnx_path, images=4, seed=0):
     session = onnxruntime.InferenceSession(onnx_path, providers=['CPUExecutionProvider'])
     names = [o.name for o in session.get_outputs()]
     got = dict(zip(names, session.run(None, {session.get_inputs()[0].name: inputs})))
-    with tf.Graph().as_default() as graph, tf.Session(graph=graph) as tf_session:
+    with tf.Graph().as_default() as graph, \
+            tf.Session(graph=graph, config=devices.session_config()) as tf_session:
         tf.saved_model.loader.load(tf_session, serving.SERVING_TAGS, export_dir)
         want = tf_session.run({key: out.name for key, out in outputs.items()},
                               {info.name: inputs})

@@ -24,6 +24,7 @@ import tempfile
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from mlimages.distributed import devices
 from mlimages.errors import UsageError
 from mlimages.model import metrics
 
@@ -97,7 +98,7 @@ def f1_scores(labels, scores, thresholds, mask_thres, batch=4096):
         t = tf.constant(thresholds, tf.float32)
         found = {'micro_f1': metrics.micro_f1(y, s, mask_thres, t),
                  'macro_f1': metrics.macro_f1(y, s, mask_thres, t)}
-        with tf.Session() as session:
+        with tf.Session(config=devices.session_config()) as session:
             session.run(tf.local_variables_initializer())
             for start in range(0, len(labels), batch):
                 session.run([update for _, update in found.values()],

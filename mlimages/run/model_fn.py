@@ -78,12 +78,21 @@ def trained_variables(variables, model):
     return [v for v in variables if v not in frozen]
 
 
+class MomentumOptimizer(distribute.FinishOnce, tf.train.MomentumOptimizer):
+    """tf.train.MomentumOptimizer (same variables and slots) whose updates on several
+    devices are grouped once (distribute.FinishOnce)."""
+
+
+class GradientDescentOptimizer(distribute.FinishOnce, tf.train.GradientDescentOptimizer):
+    """tf.train.GradientDescentOptimizer, its updates grouped once (distribute.FinishOnce)."""
+
+
 def make_optimizer(name, lr, momentum):
     """'mom': MomentumOptimizer(lr, momentum); 'sgd': GradientDescentOptimizer(lr)."""
     if name == 'sgd':
-        return tf.train.GradientDescentOptimizer(lr)
+        return GradientDescentOptimizer(lr)
     if name == 'mom':
-        return tf.train.MomentumOptimizer(lr, momentum=momentum)
+        return MomentumOptimizer(lr, momentum=momentum)
     raise ValueError('optimizer must be mom or sgd, got %r' % (name,))
 
 
@@ -98,8 +107,13 @@ def hierarchy_masks(leaf_mask):
 def make_model_fn(opts, run):
     """The Estimator model_fn(features, labels, mode) of a run (see the module docstring):
     opts, the run's flags.Options; run, a Run."""
+    # Plain graph code: a strategy would run it through AutoGraph, which rewrites every
+    # function the model calls, in every replica, for control flow it does not have (a
+    # third of a ResNet-101 build). The Estimator reads the argument names of model_fn.
+    unconverted = tf.autograph.experimental.do_not_convert(resnet_model_fn)
+
     def model_fn(features, labels, mode):
-        return resnet_model_fn(features, labels, mode, opts, run)
+        return unconverted(features, labels, mode, opts, run)
     return model_fn
 
 
@@ -170,10 +184,11 @@ def resnet_model_fn(features, labels, mode, opts, run):
         tf.summary.scalar('learning_rate', lr)
         optimizer = make_optimizer(opts.optimizer, lr, opts.opt_momentum)
         optimizer = precision.wrap_optimizer(optimizer, opts.dtype)
-        # The gradients wait for the finite check; this replica's batch-norm updates run in
-        # the same step beside the apply (distribute.own_update_ops: no gradient waits on
-        # them; distribute.after: linear in the replicas).
-        gradients = distribute.after(finite, optimizer.compute_gradients(loss, var_list=trained))
+        # The gradients wait for the finite check (their seed does: distribute.gradient_seed);
+        # this replica's batch-norm updates run in the same step beside the apply
+        # (distribute.own_update_ops: no gradient waits on them). Both linear in the replicas.
+        gradients = optimizer.compute_gradients(
+            loss, var_list=trained, grad_loss=distribute.gradient_seed(finite, loss))
         train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
         if run.stop_together:
             preemption.stop_agreement()

@@ -23,7 +23,7 @@ import tensorflow.compat.v1 as tf
 
 import file_db
 import resnet
-from mlimages.distributed import cluster_flags, distribute
+from mlimages.distributed import cluster_flags, devices, distribute
 from mlimages.errors import UsageError
 from mlimages.model import lr_schedule
 from mlimages.run import checkpoints
@@ -65,7 +65,7 @@ def learning_rates(opts, steps):
     with tf.Graph().as_default():
         step = tf.placeholder(tf.int64, [])
         lr = lr_schedule.learning_rate_of(opts, step)
-        with tf.Session() as session:
+        with tf.Session(config=devices.session_config()) as session:
             return np.array([session.run(lr, {step: s}) for s in steps], np.float64)
 
 

@@ -154,8 +154,12 @@ def make_estimator(opts, run, plan=None):
     # ps tasks and itself, so it neither waits for nor depends on the other workers.
     filters = (['/job:ps', '/job:%s/task:%d' % (plan.task.type, plan.task.index)]
                if cluster_member and plan.distribution == 'ps' else [])
+    # The other workers of a collective job save too (TensorFlow runs their collective save
+    # ops into model_dir/tmp_worker_<k>); their graph.pbtxt and meta graphs nobody reads.
+    other_worker = cluster_member and plan.distribution == 'collective' and plan.worker_id
     run_config = tf.estimator.RunConfig(
         tf_random_seed=opts.random_seed if opts.deterministic else None,
+        checkpoint_save_graph_def=not other_worker,
         save_checkpoints_steps=opts.snapshot, keep_checkpoint_max=opts.max_to_keep,
         save_summary_steps=opts.summary_interval or opts.log_interval,
         log_step_count_steps=opts.log_interval,
