@@ -94,8 +94,7 @@ LOST_BY = {'worker:0': [], 'chief:0': ['ps:0'], 'ps:0': ['chief:0', 'worker:0']}
 
 @pytest.mark.slow
 @pytest.mark.parametrize('fault,target,restart', cluster_job.matrix('ps', {
-    ('kill', 'worker:0', False), ('kill', 'ps:0', True), ('stop', 'chief:0', False),
-    ('stop', 'ps:0', True)}))
+    ('kill', 'worker:0', False), ('stop', 'chief:0', False), ('stop', 'ps:0', True)}))
 def test_a_ps_job_ends_every_task_when_one_is_lost_and_its_rerun_ends_at_max_iter(
         dataset, tmp_path, fault, target, restart):
     """Chief, worker and ps, the two training tasks held before their 3rd step, then the
