@@ -311,7 +311,7 @@ def add_arguments(parser):
                        help='replica counts (> 1) besides the single device')
     group.add_argument('--startup_modes', nargs='+', choices=MODES, default=list(MODES),
                        help='layouts of the replicas (processes x 8 of ResNet-101 take about '
-                            '16 GB of host memory in all: R processes are started only when '
+                            '20 GB of host memory in all: R processes are started only when '
                             'R x the single device\'s peak fits in the memory available)')
     group.add_argument('--startup_repeats', type=int, default=2, help='turns')
     group.add_argument('--startup_batch_size', type=int, default=1, help='per replica')
