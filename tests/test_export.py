@@ -119,6 +119,16 @@ def test_serving_graph_has_no_summary_initializer_or_custom_gradient(exported):
     assert re.search(r'features +float32 +\[N, 512\]', signatures)
 
 
+def assert_same_answer(got, want, key):
+    """Exact for classes and flags; floats to float32 rounding (another batch size or
+    process may pick other kernels on another CPU)."""
+    if want.dtype.kind == 'f':
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.max(np.abs(want)),
+                                   err_msg=key)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=key)
+
+
 def test_a_bad_image_gets_an_empty_row_and_the_rest_of_the_batch_is_answered(loaded,
                                                                              jpegs):
     good = [open(path, 'rb').read() for path in jpegs[:3]]
@@ -126,7 +136,7 @@ def test_a_bad_image_gets_an_empty_row_and_the_rest_of_the_batch_is_answered(loa
     alone = loaded.run(good)
     assert served['valid'].tolist() == [True, False, True, False, True]
     for key, value in alone.items():
-        np.testing.assert_array_equal(served[key][[0, 2, 4]], value, err_msg=key)
+        assert_same_answer(served[key][[0, 2, 4]], value, key)
         empty = served[key][[1, 3]]
         if key == 'top_k_classes':
             assert np.all(empty == -1)
@@ -153,8 +163,7 @@ def test_saved_model_cli_runs_the_batch_with_a_bad_image(exported, loaded, jpegs
     assert done.returncode == 0, done.stderr[-2000:]
     want = loaded.run(batch)
     for key, value in want.items():
-        np.testing.assert_array_equal(np.load(str(tmp_path / 'out' / (key + '.npy'))), value,
-                                      err_msg=key)
+        assert_same_answer(np.load(str(tmp_path / 'out' / (key + '.npy'))), value, key)
 
 
 def python_blocks(path):
