@@ -2,6 +2,7 @@
 layers first; a module imports only from its own layer or below, tests/test_layout.py):
 
     errors.py     every exception type and the exit statuses they mean
+    files.py      files that appear only when complete (atomic_output)
     config/       value checks, the run's flags.txt, start-up before TensorFlow, the Python
     data/         record format, input pipeline, semantic hierarchy
     distributed/  cluster sources, TF_CONFIG roles and strategies, devices, lost peers

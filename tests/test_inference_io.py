@@ -1,6 +1,6 @@
 """inference_io.py: class dictionaries (the ML-Images, ImageNet and one-name layouts, and
 the original programs' reading), image lists and directories, ranking, the TSV / JSON-lines
-and the original programs' output formats, atomic outputs."""
+and the original programs' output formats."""
 import json
 import os
 
@@ -136,25 +136,6 @@ def test_tsv_and_json_lines_formats():
     writer.write('x.jpg', outputs)
     assert stream.text.splitlines() == ['image\trank\tclass\tscore', 'x.jpg\t1\t1\t0.500000',
                                         'x.jpg\t2\t2\t0.300000']
-
-
-def test_atomic_output_appears_only_when_complete(tmp_path):
-    path = str(tmp_path / 'out.txt')
-    with pytest.raises(RuntimeError):
-        with inference_io.atomic_output(path) as out:
-            out.write('half')
-            raise RuntimeError('stop')
-    with inference_io.atomic_output(path) as out:
-        out.write('nothing')
-        out.discard()
-    assert os.listdir(str(tmp_path)) == []
-    with inference_io.atomic_output(path) as out:
-        out.write('done')
-        assert 'out.txt' not in os.listdir(str(tmp_path))
-    assert open(path).read() == 'done' and os.listdir(str(tmp_path)) == ['out.txt']
-    umask = os.umask(0)
-    os.umask(umask)
-    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0600
 
 
 def test_imagenet_dictionary_layout(tmp_path):

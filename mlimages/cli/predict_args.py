@@ -229,7 +229,7 @@ def with_predictor(args, defaults, work, error, prog, top_k=5, list_separator=No
 
 def unfinished_output(output):
     """What an interrupted run leaves of --output: a file appears only when complete
-    (inference_io.atomic_output)."""
+    (files.atomic_output)."""
     if output in (None, '-'):
         return 'the output on stdout is incomplete'
     return 'nothing was written to %s' % output

@@ -1,13 +1,11 @@
 """Inference input and output: the images to run (paths, image lists, directories), the
-class dictionary, and the result files (TSV / JSON lines written under a temporary name and
-renamed when complete). No TensorFlow graph here; serving.py runs the model.
+class dictionary, and the result files (TSV / JSON lines, through files.atomic_output:
+they appear only when complete). No TensorFlow graph here; serving.py runs the model.
 """
-import contextlib
 import json
 import os
 import re
 import sys
-import tempfile
 
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -333,58 +331,6 @@ def original_feature_line(name, features):
     second = getattr(name, 'second', '')
     values = np.asarray(features, np.float32)
     return '%s\t%s\t%s\n' % (name, second, ' '.join([str(x) for x in values]))
-
-
-@contextlib.contextmanager
-def atomic_output(path, binary=False):
-    """A file object whose content appears at `path` only when the block completes: it is
-    written under a temporary name beside `path` and renamed at the end (removed on error
-    or when the block calls `discard()` on the yielded object). None or '-' = stdout."""
-    if path in (None, '-'):
-        stream = sys.stdout.buffer if binary else sys.stdout
-        yield _Unowned(stream)
-        stream.flush()
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UsageError('output directory %s does not exist' % directory)
-    fd, temp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp',
-                                dir=directory)
-    stream = os.fdopen(fd, 'wb' if binary else 'w', **({} if binary else
-                                                        {'encoding': 'utf-8'}))
-    handle = _Owned(stream)
-    try:
-        yield handle
-        stream.close()
-        if handle.discarded:
-            os.unlink(temp)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temp, 0o666 & ~umask)
-            os.replace(temp, path)
-    except BaseException:
-        stream.close()
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-
-
-class _Owned(object):
-    def __init__(self, stream):
-        self.stream = stream
-        self.discarded = False
-
-    def write(self, data):
-        return self.stream.write(data)
-
-    def discard(self):
-        self.discarded = True
-
-
-class _Unowned(_Owned):
-    def discard(self):
-        pass
 
 
 # ---------------------------------------------------------------------------- programs

@@ -13,10 +13,10 @@ images, saved, and applied unchanged to others, so their reduced features are co
 """
 import collections
 import os
-import tempfile
 
 import numpy as np
 
+from mlimages import files
 from mlimages.errors import UsageError
 
 Pca = collections.namedtuple('Pca', ['mean', 'components', 'variance', 'total_variance',
@@ -68,17 +68,8 @@ def apply(pca, rows):
 
 def save(path, pca):
     """Writes pca to path (.npz) under a temporary name, renamed when complete."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix='.pca.', suffix='.npz', dir=directory)
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            np.savez(f, **pca._asdict())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+    with files.atomic_output(path, binary=True) as out:
+        np.savez(out.stream, **pca._asdict())
 
 
 def load(path, feature_dim=None):

@@ -9,6 +9,7 @@ import tempfile
 
 import numpy as np
 
+from mlimages import files
 from mlimages.inference import inference_io
 from mlimages.inference import pca as pca_lib
 from mlimages.inference.inference_io import DEFAULT_THRESHOLD, DEFAULT_TOP_K
@@ -29,7 +30,7 @@ def run_predict(predictor, images, output=None, fmt='tsv', batch_size=32,
     skipped = []
     on_skip = inference_io.skip_reporter(program, skipped)
     try:
-        with inference_io.atomic_output(output) as out:
+        with files.atomic_output(output) as out:
             if fmt == 'original':
                 writer = inference_io.OriginalClassificationWriter(out, top_k, class_names)
                 report = on_skip
@@ -64,7 +65,7 @@ def run_extract_features_text(predictor, images, output, batch_size=32,
     skipped = []
     on_skip = inference_io.skip_reporter(program, skipped)
     count = 0
-    with inference_io.atomic_output(output) as out:
+    with files.atomic_output(output) as out:
         for name, outputs in predict_images(predictor, images, batch_size, on_skip,
                                             keys=('features',)):
             out.write(inference_io.original_feature_line(name, outputs['features']))
@@ -89,8 +90,8 @@ def run_extract_features(predictor, images, output, names_output=None, batch_siz
     moments = pca_lib.Moments() if fit_pca else None
     pending = []  # rows not yet in moments: added a few hundred at a time
     with tempfile.TemporaryFile() as rows, \
-            inference_io.atomic_output(names_output) as names_file, \
-            inference_io.atomic_output(output, binary=True) as npy:
+            files.atomic_output(names_output) as names_file, \
+            files.atomic_output(output, binary=True) as npy:
         for name, outputs in predict_images(predictor, images, batch_size, on_skip,
                                             keys=('features',)):
             row = np.asarray(outputs['features'], '<f4')

@@ -19,11 +19,11 @@
 number (0.5 with 'calibrated', metrics.F1_THRESHOLD).
 """
 import os
-import tempfile
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from mlimages import files
 from mlimages.distributed import devices
 from mlimages.errors import UsageError
 from mlimages.model import metrics
@@ -145,11 +145,8 @@ def write(path, thresholds, f1, positives, checkpoint, header):
                                                 '# class\tthreshold\tf1\tpositives']
     lines += ['%d\t%.9g\t%.6f\t%d' % (c, t, f, p)
               for c, (t, f, p) in enumerate(zip(thresholds, f1, positives))]
-    fd, temp = tempfile.mkstemp(prefix='.' + FILE_NAME, dir=os.path.dirname(path) or '.')
-    with os.fdopen(fd, 'w') as f:
-        f.write('\n'.join(lines) + '\n')
-    os.chmod(temp, 0o644)
-    os.replace(temp, path)
+    with files.atomic_output(path) as out:
+        out.write('\n'.join(lines) + '\n')
 
 
 def read(path, class_num=None):
