@@ -133,7 +133,9 @@ def plan_lines(opts, plan, gpus, images, hours=None, images_per_sec=None):
     lines.append('steps: --max_iter={:,} = {:.2f} epochs, {:,} images'.format(
         opts.max_iter, epochs(opts.max_iter), opts.max_iter * batch))
     changes = change_steps(opts)
-    rates = learning_rates(opts, [0] + changes)
+    after_warmup = max(opts.warmup, 0)
+    steps = sorted({0, max(opts.warmup - 1, 0), after_warmup} | set(changes))
+    rate = dict(zip(steps, learning_rates(opts, steps)))  # one graph for every rate shown
     if opts.warmup > 0:
         stairs = math.ceil(opts.warmup / float(opts.lr_warmup_decay_step))
         lines.append('warm-up: steps 0-%s (%.2f epochs), %d stairs of %s steps (%.2f epochs), '
@@ -141,13 +143,11 @@ def plan_lines(opts, plan, gpus, images, hours=None, images_per_sec=None):
                          '{:,}'.format(opts.warmup - 1), epochs(opts.warmup), stairs,
                          '{:,}'.format(opts.lr_warmup_decay_step),
                          epochs(opts.lr_warmup_decay_step),
-                         opts.lr_warmup, opts.lr_warmup_decay_factor, rates[0],
-                         learning_rates(opts, [opts.warmup - 1])[0],
-                         learning_rates(opts, [opts.warmup])[0]))
-    decays = [(s, r) for s, r in zip(changes, rates[1:]) if s > opts.warmup or not opts.warmup]
-    lines.append('decay: %s, lr %.4g%s' % (opts.lr_schedule, learning_rates(
-        opts, [max(opts.warmup, 0)])[0], ''.join(
-            '; step {:,} (epoch {:.2f}): {:.4g}'.format(s, epochs(s), r) for s, r in decays) or
+                         opts.lr_warmup, opts.lr_warmup_decay_factor, rate[0],
+                         rate[opts.warmup - 1], rate[opts.warmup]))
+    decays = [s for s in changes if s > opts.warmup or not opts.warmup]
+    lines.append('decay: %s, lr %.4g%s' % (opts.lr_schedule, rate[after_warmup], ''.join(
+        '; step {:,} (epoch {:.2f}): {:.4g}'.format(s, epochs(s), rate[s]) for s in decays) or
         ' throughout (no decay before --max_iter)'))
     size = checkpoint_bytes(opts)
     saves = checkpoint_saves(opts)
