@@ -42,6 +42,7 @@ def build_parser():
     parser.add_argument('-o', '--output', required=True, metavar='FILE',
                         help='the ONNX model (written under a temporary name, renamed once '
                              'checked)')
+    # 15: tf2onnx 1.17's own default; onnxruntime 1.19 runs up to 21
     parser.add_argument('--opset', type=common.int_at_least(13, '>= 13'), default=15,
                         help='ONNX opset (default: 15, tf2onnx\'s; onnxruntime 1.19 runs up '
                              'to 21)')
@@ -65,7 +66,7 @@ def main(argv=None):
     missing = onnx_export.missing_extras()
     if missing:
         common.error_line(PROG, '%s not installed; install the ONNX extras: %s'
-                          % (', '.join(missing), onnx_export.INSTALL))
+                          % (', '.join(missing), onnx_export.install()))
         return 2
     sys.stderr.write('%s: converting the %s signature of %s with tf2onnx (opset %d; about a '
                      'minute on 2 CPU cores)\n' % (PROG, onnx_export.serving.FLOAT_SIGNATURE_KEY,

@@ -16,18 +16,22 @@ import sys
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import interpreter
 from mlimages.distributed import devices
 from mlimages.errors import ExportError, UsageError
 from mlimages.inference import saved_models, serving
 
 EXTRAS = ('tf2onnx', 'onnx', 'onnxruntime')
-INSTALL = '.venv/bin/pip install -r requirements-onnx.txt'
-DEFAULT_OPSET = 15  # tf2onnx 1.17's default; onnxruntime 1.19 runs up to 21
 
 
 def missing_extras():
     """The modules of EXTRAS that are not installed."""
     return [name for name in EXTRAS if importlib.util.find_spec(name) is None]
+
+
+def install():
+    """The command that installs EXTRAS into this Python."""
+    return '%s install -r requirements-onnx.txt' % interpreter.pip_command()
 
 
 def float_signature(export_dir):
@@ -46,7 +50,7 @@ def float_signature(export_dir):
     return signature.inputs[serving.INPUT_KEY], dict(signature.outputs)
 
 
-def convert(export_dir, output, opset=DEFAULT_OPSET):
+def convert(export_dir, output, opset):
     """tf2onnx's command line on the float signature, writing `output`; ExportError with
     the converter's last error line when it fails."""
     command = [sys.executable, '-m', 'tf2onnx.convert', '--saved-model', export_dir,
@@ -61,7 +65,7 @@ def convert(export_dir, output, opset=DEFAULT_OPSET):
         raise ExportError('tf2onnx could not convert %s: %s' % (export_dir, cause.strip()))
 
 
-def check(export_dir, onnx_path, images=4, seed=0):
+def check(export_dir, onnx_path, images, seed=0):
     """{output: (max |onnxruntime - TensorFlow|, max |TensorFlow|)} of the float signature
     on `images` random network inputs (uniform in [-1, 1], seeded)."""
     import onnxruntime
@@ -84,7 +88,7 @@ def check(export_dir, onnx_path, images=4, seed=0):
             for key in sorted(want)}
 
 
-def export_onnx(saved_model, output, opset=DEFAULT_OPSET, tolerance=1e-4, images=4):
+def export_onnx(saved_model, output, opset, tolerance, images):
     """Converts the float signature of saved_model (a version, or a base of versions: its
     highest) to `output`, written under a temporary name and renamed once check() found
     every output within tolerance x max(1, max |TensorFlow|). Returns (the version
