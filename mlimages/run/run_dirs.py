@@ -4,9 +4,10 @@ temporary leftovers of a killed run.
 
 Lock: fcntl.flock on <dir>/.lock held for the life of the process; the kernel releases it
 when the process ends however it ends (SIGKILL included), so a killed run never leaves a
-stale lock, and a process that exits through the interpreter removes the file. The holder writes `pid P on host H since T` into the file for the one line a
-second writer gets. (flock works across hosts on NFSv4 and most cluster file systems;
-where it does not, the lock only guards one host.)
+stale lock, and a process that exits through the interpreter removes the file. The holder
+writes `pid P on host H since T` into the file for the one line a second writer gets.
+(flock works across hosts on NFSv4 and most cluster file systems; where it does not, the
+lock only guards one host.)
 """
 import atexit
 import datetime
