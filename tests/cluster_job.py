@@ -26,6 +26,10 @@ from mlimages.cli import ports
 
 GATED = os.path.join(ROOT, 'tests', 'gated_train.py')
 RETRYABLE = range(128, 256)
+# TensorFlow's own report when a peer's connection resets: three lines for each all-reduce
+# in flight and for the abort, written once at the fault, as many as the step's all-reduces.
+RUNTIME_ABORT = re.compile(r'ring_alg\.cc.*Aborting RingReduce|base_collective_executor\.cc'
+                           r'.*StartAbort|^Additional GRPC error information|^:\{"created"')
 
 
 def exit_status(returncode):
@@ -149,7 +153,9 @@ class Case(object):
     rerun retryable exits; a SIGSTOPped target is SIGKILLed (as a liveness probe would)
     once another task has exited, and so restarted too. Afterwards: exits[name] =
     [(seconds after the fault, status)], waiting_lines[name] = lines a task wrote after the
-    fault up to its first exit, checkpoints = the global steps saved, lines = every line."""
+    fault up to its first exit, abort_lines[name] = those of them that are TensorFlow's report
+    of the all-reduces in flight (all_reduces[name] = the all-reduces its graph holds),
+    checkpoints = the global steps saved, lines = every line."""
 
     def __init__(self, data, root, mode, fault, target, restart, max_iter, peer_timeout=10,
                  bound=600):
@@ -186,12 +192,20 @@ class Case(object):
             job.kill_all()
         self.exits = {n: [(t - start, s) for t, s in task.exits]
                       for n, task in job.tasks.items()}
-        # Not counting the interval lines of a task that trains on (ps mode).
+        waiting = {n: [line for t, k, line in task.lines
+                       if t > start and (not task.exits or t <= task.exits[0][0])]
+                   for n, task in job.tasks.items()}
+        # Not counting the interval lines of a task that trains on (ps mode), nor the
+        # runtime's report of the collectives in flight at the fault (counted apart).
         self.waiting_lines = {
-            n: len([1 for t, k, line in task.lines
-                    if t > start and (not task.exits or t <= task.exits[0][0])
-                    and not re.search(r'\bstep \d+: ', line)])
-            for n, task in job.tasks.items()}
+            n: len([1 for line in lines
+                    if not re.search(r'\bstep \d+: ', line) and not RUNTIME_ABORT.search(line)])
+            for n, lines in waiting.items()}
+        self.abort_lines = {n: len([1 for line in lines if RUNTIME_ABORT.search(line)])
+                            for n, lines in waiting.items()}
+        self.all_reduces = {n: len([1 for _, k, line in task.lines
+                                    if k == 1 and 'Collective all_reduce tensors' in line])
+                            for n, task in job.tasks.items()}
         self.errors = {n: [line for _, _, line in task.lines if line.startswith('train.py:')]
                        for n, task in job.tasks.items()}
         self.checkpoints = saved_steps(model_dir)
@@ -215,12 +229,15 @@ def matrix(mode, cases):
 def check_case(case, target, restart, lost_names):
     """What every case must show: within the bound every task ended; with restarts the
     job ended at --max_iter, every task's last exit 0; without, each task that lost
-    `target` ended with its one line and status 200; never a flood of lines."""
+    `target` ended with its one line and status 200; never a flood of lines (TensorFlow's
+    report of the all-reduces in flight at the fault: at most three lines each)."""
     victim = case.exits[target]
     assert victim and victim[0][1] == 137, case.text  # SIGKILL (a stopped one is killed)
     for name, exits in case.exits.items():
         assert exits, (name, case.text)
         assert case.waiting_lines[name] <= 30, (name, case.waiting_lines, case.text)
+        assert case.abort_lines[name] <= 3 * (case.all_reduces[name] + 1), (
+            name, case.abort_lines, case.all_reduces, case.text)
         assert 'Traceback' not in ' '.join(case.errors[name]), case.text
     for name in lost_names:
         first = [s for _, s in case.exits[name]][0]
@@ -245,7 +262,9 @@ def table_row(case, mode, fault, target, restart):
     the global step at the fault, the checkpoint then, and the last one."""
     exits = '; '.join('%s %s' % (name, ', '.join('%.0f s: %d' % e for e in ex) or '-')
                       for name, ex in sorted(case.exits.items()))
-    lines = ', '.join('%s %d' % kv for kv in sorted(case.waiting_lines.items()))
+    lines = ', '.join('%s %d' % (n, k) + (' (+%d runtime abort report)' % case.abort_lines[n]
+                                          if case.abort_lines[n] else '')
+                      for n, k in sorted(case.waiting_lines.items()))
     resumed = case.saved_at_fault[-1] if case.saved_at_fault else None
     return '| %s | %s %s | %s | %s | %s | %s | %s | %s |' % (
         mode, fault, target, 'yes' if restart else 'no', exits, lines, case.step_at_fault,
