@@ -154,8 +154,8 @@ class Case(object):
     once another task has exited, and so restarted too. Afterwards: exits[name] =
     [(seconds after the fault, status)], waiting_lines[name] = lines a task wrote after the
     fault up to its first exit, abort_lines[name] = those of them that are TensorFlow's report
-    of the all-reduces in flight (all_reduces[name] = the all-reduces its graph holds),
-    checkpoints = the global steps saved, lines = every line."""
+    of the all-reduces in flight (all_reduces[name] = the all-reduces its first run logged
+    building its graph), checkpoints = the global steps saved, lines = every line."""
 
     def __init__(self, data, root, mode, fault, target, restart, max_iter, peer_timeout=10,
                  bound=600):
@@ -192,7 +192,7 @@ class Case(object):
             job.kill_all()
         self.exits = {n: [(t - start, s) for t, s in task.exits]
                       for n, task in job.tasks.items()}
-        waiting = {n: [line for t, k, line in task.lines
+        waiting = {n: [line for t, _, line in task.lines
                        if t > start and (not task.exits or t <= task.exits[0][0])]
                    for n, task in job.tasks.items()}
         # Not counting the interval lines of a task that trains on (ps mode), nor the

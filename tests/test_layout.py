@@ -9,8 +9,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_MODULES = {'train.py', 'flags.py', 'resnet.py', 'image_preprocess.py', 'file_db.py'}
 # Lower layers first: a module may import from its own layer and the ones above it here.
 LAYERS = ['mlimages.errors mlimages.files file_db', 'mlimages.config flags',
-          'mlimages.data image_preprocess', 'mlimages.distributed', 'mlimages.model resnet', 'mlimages.run', 'mlimages.inference',
-          'mlimages.cli', 'mlimages.recordkit', 'mlimages.bench', 'mlimages.demo', 'train']
+          'mlimages.data image_preprocess', 'mlimages.distributed', 'mlimages.model resnet',
+          'mlimages.run', 'mlimages.inference', 'mlimages.cli', 'mlimages.recordkit',
+          'mlimages.bench', 'mlimages.demo', 'train']
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names.split()}
 
 

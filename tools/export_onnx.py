@@ -42,7 +42,6 @@ def build_parser():
     parser.add_argument('-o', '--output', required=True, metavar='FILE',
                         help='the ONNX model (written under a temporary name, renamed once '
                              'checked)')
-    # 15: tf2onnx 1.17's own default; onnxruntime 1.19 runs up to 21
     parser.add_argument('--opset', type=common.int_at_least(13, '>= 13'), default=15,
                         help='ONNX opset (default: 15, tf2onnx\'s; onnxruntime 1.19 runs up '
                              'to 21)')
