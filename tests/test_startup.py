@@ -105,3 +105,48 @@ def test_tools_check_the_installed_tensorflow_without_importing_it(monkeypatch, 
     assert capsys.readouterr().err == ('predict.py: error: TensorFlow is not installed; %s '
                                        'install -r requirements.txt (tensorflow==2.15.1)\n'
                                        % interpreter.pip_command())
+
+
+def test_a_retried_session_error_is_logged_in_one_line_without_its_stack_traces():
+    """MonitoredSession logs a preempted peer's error (its whole text: some 50 lines of where
+    the op was built) before it creates the session anew; the quiet log keeps the cause."""
+    import logging
+    import tensorflow.compat.v1 as tf
+    with tf.Graph().as_default():
+        failing = tf.debugging.check_numerics(tf.constant([float('nan')]), 'the cause')
+        with tf.Session() as session:
+            with pytest.raises(tf.errors.InvalidArgumentError) as real:
+                session.run(failing)
+    assert 'File "' in real.value.message  # TensorFlow's text holds the stack traces
+
+    class FailOnce(tf.train.SessionRunHook):
+        calls = 0
+
+        def before_run(self, run_context):
+            FailOnce.calls += 1
+            if FailOnce.calls == 1:
+                raise tf.errors.UnavailableError(None, None, real.value.message)
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger('tensorflow')
+    quiet = startup._Quiet()
+    level = logger.level
+    logger.addFilter(quiet)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with tf.Graph().as_default():
+            advance = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+            with tf.train.MonitoredSession(hooks=[FailOnce()]) as session:
+                assert session.run(advance) == 1
+    finally:
+        logger.setLevel(level)
+        logger.removeHandler(handler)
+        logger.removeFilter(quiet)
+    (retried,) = [r.getMessage() for r in records if r.getMessage().startswith(
+        startup.RETRY_LINE)]
+    assert '\n' not in retried and 'File "' not in retried, retried
+    assert retried.startswith('An error was raised. This may be due to a preemption')
+    assert 'the cause : Tensor had NaN values' in retried, retried

@@ -7,7 +7,10 @@
 - After the import, deprecation notices, the Estimator's own per-interval log lines
   ("loss = ..., step = ...", "global_step/sec: ...") and its bookkeeping lines are dropped
   from TensorFlow's logger: the trainer logs one line per interval itself
-  (hooks.TrainingLogHook).
+  (hooks.TrainingLogHook). MonitoredSession's "An error was raised ... Error: <e>" (a
+  preempted peer: it creates the session anew) keeps its words but gives the error as
+  errors.op_error_text, one line: without the two stack traces of where the failed op was
+  built (some 50 lines of TensorFlow's internals each time).
 - The Python and TensorFlow versions are checked: this code runs on Python 3.9-3.11 with
   TensorFlow 2.15 (the last release with tf.estimator).
 """
@@ -17,6 +20,7 @@ import sys
 import warnings
 
 from mlimages.config import interpreter
+from mlimages.errors import op_error_text
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
 SUPPORTED_TENSORFLOW = '2.15.'
@@ -86,8 +90,15 @@ def check_versions(program):
     check_tensorflow(program, version)
 
 
+# How MonitoredSession's message for a step or session it retries begins (its args: the error).
+RETRY_LINE = 'An error was raised'
+
+
 class _Quiet(logging.Filter):
     def filter(self, record):
+        if str(record.msg).startswith(RETRY_LINE) and record.args and \
+                isinstance(record.args[0], Exception):
+            record.args = (op_error_text(record.args[0]),) + tuple(record.args[1:])
         message = record.getMessage()
         return not message.startswith(ESTIMATOR_LINES) and not (
             record.levelno == logging.WARNING and 'deprecat' in message)
