@@ -9,12 +9,14 @@ once the chief has reported and every other worker has reported or no longer ans
 the chief (peers.Watch rules): a chief that does not answer for --peer_timeout ends the ps
 task with the retryable status, so that a job whose chief was lost for good ends too.
 """
+import time
+
 import tensorflow.compat.v1 as tf
 
 from mlimages.distributed import peers
 
 QUEUE_NAME = 'mlimages_job_done'
-# How long a ps waits in one take before it checks on the chief and the workers.
+# How long a ps waits between looks at its queue (and at the workers once the chief is done).
 TAKE_SECONDS = peers.TICK_SECONDS
 
 
@@ -64,26 +66,26 @@ def serve(server, cluster, index, watch, log):
     the chief is lost)."""
     graph = tf.Graph()
     with graph.as_default():
-        take = _queue(index, _capacity(cluster)).dequeue()
+        queue = _queue(index, _capacity(cluster))
+        size, take = queue.size(), queue.dequeue()
     expected = workers(cluster)
     reported = set()
-    options = tf.RunOptions(timeout_in_ms=int(TAKE_SECONDS * 1000))
     watch.start()
     watch.waiting()
     with _session(server.target, index, graph) as session:
         while True:
-            try:
-                reported.add(int(session.run(take, options=options)))
-            except tf.errors.DeadlineExceededError:
-                pass
-            if 0 not in reported:
-                continue
-            watch.stop()  # the chief is done: its exit is no loss
-            missing = {k: v for k, v in expected.items() if k not in reported}
-            gone = {k for k, (_, address) in missing.items()
-                    if peers.answer(address) != peers.ANSWERS}
-            if set(missing) <= gone:
-                break
+            # Only what the queue holds is taken (this is its one reader, so no take blocks):
+            # a blocking take cut by a run deadline can dequeue a report and drop it.
+            for _ in range(session.run(size)):
+                reported.add(int(session.run(take)))
+            if 0 in reported:
+                watch.stop()  # the chief is done: its exit is no loss
+                missing = {k: v for k, v in expected.items() if k not in reported}
+                gone = {k for k, (_, address) in missing.items()
+                        if peers.answer(address) != peers.ANSWERS}
+                if set(missing) <= gone:
+                    break
+            time.sleep(TAKE_SECONDS)
     log('ps:%d: the chief has finished; %s; exiting' % (index, 'every worker reported done'
         if not missing else 'not waiting for %s (gone or not answering)' % ', '.join(
             expected[k][0] for k in sorted(missing))))
