@@ -140,8 +140,9 @@ _bool(G, 'restore', False, 'The original fine-tuning script\'s switch to restore
       'error.')
 _int(G, 'num_gpus', 1, 'GPUs to train on in this process: N > 1 = synchronous '
      'MirroredStrategy over GPUs --visiable_gpu ... --visiable_gpu + N - 1, --batch_size '
-     'images each; the loss counters are computed from the whole step\'s batch. Not '
-     'combined with --distribution=ps or collective (one device a worker there).')
+     'images each; the loss counters are computed from the whole step\'s batch. With '
+     '--distribution=collective each worker replicates over its own N GPUs; a '
+     '--distribution=ps worker trains on one device (N must be 1).')
 _string(G, 'distribution', 'auto',
         'How the tasks of a TF_CONFIG cluster train together. ps: asynchronous, variables '
         'on the ps tasks (cluster: chief, worker, ps). collective: synchronous all-reduce '

@@ -250,6 +250,38 @@ class ResNet(object):
             return tf.layers.dense(self.features, units=self.class_num)
 
 
+def variable_shapes(resnet_size, class_num):
+    """{variable name: shape} of ResNet(resnet_size, class_num)'s variables, from the
+    architecture alone (no graph: what the graph creates, tests/test_resnet.py holds it so)."""
+    block_type, stages = _ARCHITECTURES[resnet_size]
+    shapes = {'init/init_conv/conv2d/kernel': [7, 7, 3, 64]}
+
+    def conv_bn(scope, name, kernel, channels_in, filters):
+        for part in ('beta', 'gamma', 'moving_mean', 'moving_variance'):
+            shapes['%s/%s_bn/batch_normalization/%s' % (scope, name, part)] = [channels_in]
+        shapes['%s/%s/conv2d/kernel' % (scope, name)] = [kernel, kernel, channels_in, filters]
+
+    channels = 64
+    for i, num_blocks in enumerate(stages):
+        filters = _STAGE_FILTERS[block_type][i]
+        for j in range(num_blocks):
+            scope = 'stages_%d_block_%d' % (i, j)
+            if j == 0:
+                conv_bn(scope, 'conv1_b1', 1, channels, filters)
+            if block_type == 'bottleneck':
+                conv_bn(scope, 'conv1_b2', 1, channels, filters // 4)
+                conv_bn(scope, 'conv2_b2', 3, filters // 4, filters // 4)
+                conv_bn(scope, 'conv3_b2', 1, filters // 4, filters)
+            else:
+                conv_bn(scope, 'conv1_b2', 3, channels, filters)
+                conv_bn(scope, 'conv2_b2', 3, filters, filters)
+            channels = filters
+    for part in ('beta', 'gamma', 'moving_mean', 'moving_variance'):
+        shapes['global_pool/bn/batch_normalization/%s' % part] = [channels]
+    shapes.update({'logits/dense/kernel': [channels, class_num], 'logits/dense/bias': [class_num]})
+    return shapes
+
+
 def class_partitioner(shards):
     """None for one shard, else a variable partitioner that splits the classes axis (the
     last: the head's kernel [features, classes] and bias [classes]) into `shards` nearly

@@ -311,3 +311,182 @@ def test_the_checks_find_a_bare_interpreter_and_a_bad_tool_line():
     assert runs_in_the_environment(shlex.split('NO_X=1 pip install -r r.txt')) == 1
     with pytest.raises(SystemExit):
         check({}, 'predict.py', ['--top_k', '0', 'a.jpg'])  # no model, and a bad top_k
+
+
+# --- Every documented training run against its rule (mlimages/run/lr_rule.py) ----------
+# A documented lr may be a rounded figure: within 5 % of its rule (train.py warns at 2x).
+LR_TOLERANCE = 0.05
+TRAINING_MODES = ('train', 'train_and_eval')
+IMAGE = 'ml-images-trainer'  # the Dockerfile's image: its entry point is train.py
+
+
+def docker_runs():
+    """[(where, train.py arguments)] of the documented `docker run ... ml-images-trainer`."""
+    found = []
+    for where, line in documented_lines():
+        if not line.startswith('docker run') or IMAGE not in line:
+            continue
+        tokens = shlex.split(line)
+        if IMAGE in tokens:
+            found.append((where, tokens[tokens.index(IMAGE) + 1:]))
+    return found
+
+
+def tfjob_runs():
+    """[(where, args, TF_CONFIG of its chief)] of the TFJob manifests (their trainers)."""
+    yaml = pytest.importorskip('yaml')
+    found = []
+    for name in ('tfjob-collective.yaml', 'tfjob-ps.yaml'):
+        with open(os.path.join(ROOT, 'docs', 'kubernetes', name)) as f:
+            specs = yaml.safe_load(f)['spec']['tfReplicaSpecs']
+        cluster = {kind.lower(): ['%s-%d:2222' % (kind.lower(), i)
+                                  for i in range(spec.get('replicas', 1))]
+                   for kind, spec in specs.items() if kind != 'Evaluator'}
+        args = specs['Chief']['template']['spec']['containers'][0]['args']
+        found.append(('docs/kubernetes/' + name, args, json.dumps(
+            {'cluster': cluster, 'task': {'type': 'chief', 'index': 0}})))
+    return found
+
+
+def slurm_tasks(path):
+    """Tasks of the doc's sbatch script: #SBATCH --nodes x --ntasks-per-node."""
+    with open(os.path.join(ROOT, path)) as f:
+        text = f.read()
+    return (int(re.search(r'#SBATCH --nodes=(\d+)', text).group(1)) *
+            int(re.search(r'#SBATCH --ntasks-per-node=(\d+)', text).group(1)))
+
+
+def run_batch(where, env, script, args):
+    """(opts, images a global step) of a documented training command: a worker's step for
+    asynchronous ps (lr_rule's batch)."""
+    if script == 'launch_local_cluster.py':
+        split = args.index('--') if '--' in args else len(args)
+        options = launcher.make_parser().parse_args(args[:split])
+        opts = parse(args[split + 1:] + ['--distribution=' + options.distribution])
+        ps = options.ps if options.distribution == 'ps' else 0
+        cluster = launcher.make_cluster(options.workers, ps, ports=list(range(
+            1, options.workers + ps + 1)))
+        gpus = opts.num_gpus if options.gpus_per_task is None else options.gpus_per_task
+        plan = plan_task(opts, {'TF_CONFIG': launcher.tf_config(cluster, 'chief', 0)}, gpus)
+        return opts, plan.images_per_global_step
+    opts = parse(args)
+    if where.split(': ', 1)[-1].startswith('srun '):  # Slurm: one collective task a rank
+        return opts, slurm_tasks(where.split(':')[0]) * opts.num_gpus * opts.batch_size
+    config = env.get('TF_CONFIG')
+    environ = {'TF_CONFIG': config} if config else {}
+    cluster_flags.setup(opts, environ)
+    return opts, plan_task(opts, environ, opts.num_gpus).images_per_global_step
+
+
+def given(args, name):
+    """Whether --name is on the command line or in its --flagfile."""
+    text = ' '.join(args)
+    for path in re.findall(r'--flagfile=(\S+)', text):
+        with open(os.path.join(ROOT, path)) as f:
+            text += '\n' + f.read()
+    return re.search(r'(^|\s)--%s=' % name, text) is not None
+
+
+def stated_text(where, args):
+    """The doc's text and that of the flagfiles its command reads."""
+    with open(os.path.join(ROOT, where.split(':')[0])) as f:
+        text = f.read()
+    for path in re.findall(r'--flagfile=(\S+)', ' '.join(args)):
+        with open(os.path.join(ROOT, path)) as f:
+            text += '\n' + f.read()
+    return text.replace(',', '')
+
+
+def training_row(where, env, script, args):
+    """What a documented training command is: (kind, global batch, lr, rule, checkpoint GiB,
+    epochs or None) -- None for a line that does not train."""
+    from mlimages.run import lr_rule, run_plan
+    opts, batch = run_batch(where, env, script, args)
+    kind = lr_rule.run_kind(opts.label_type, opts.pretrain_ckpt, opts.demo)
+    if opts.mode not in TRAINING_MODES:
+        return None
+    kept = min(opts.max_to_keep, run_plan.checkpoint_saves(opts)) if opts.max_iter > 0 \
+        else opts.max_to_keep
+    images = {11166: lr_rule.ML_IMAGES_TRAIN, 1000: lr_rule.IMAGENET_TRAIN}.get(
+        opts.class_num)
+    return dict(opts=opts, kind=kind, batch=batch, lr=opts.lr,
+                rule=lr_rule.rule_lr(kind, batch),
+                disk=kept * run_plan.checkpoint_bytes(opts) / run_plan.GiB,
+                epochs=opts.max_iter * batch / images if images and opts.max_iter > 0 else None)
+
+
+def training_commands():
+    """[(where, env, script, args)]: every documented command that may train."""
+    runs = [(w, e, s, a) for w, e, s, a in DOCUMENTED
+            if s in ('train.py', 'launch_local_cluster.py') and '--help' not in w]
+    runs += [(w, {}, 'train.py', a) for w, a in docker_runs()]
+    runs += [(w, {'TF_CONFIG': c}, 'train.py', a) for w, a, c in tfjob_runs()]
+    return runs
+
+
+def fragment(where):
+    """A line that shows flags of a run, not a run: `...` stands for the rest."""
+    return '...' in where or '\u2026' in where or '--flagfile=<' in where
+
+
+def rule_problems(where, args, row):
+    """What is wrong with a documented run against its rule (an empty list: nothing)."""
+    from mlimages.run import lr_rule
+    problems, opts, batch = [], row['opts'], row['batch']
+    if row['kind'] == lr_rule.DEMO:
+        return []
+    if fragment(where):  # only what it states: a --lr must be its rule's
+        return ['lr %g, the rule %g' % (row['lr'], row['rule'])] if given(args, 'lr') and abs(
+            row['lr'] / row['rule'] - 1) > LR_TOLERANCE else []
+    if abs(row['lr'] / row['rule'] - 1) > LR_TOLERANCE:
+        problems.append('lr %g, the %s rule %g at %d' % (row['lr'], row['kind'], row['rule'],
+                                                         batch))
+    steps = [('lr_decay_step', 110000 if row['kind'] == lr_rule.PRETRAINING else 150000)]
+    if row['kind'] == lr_rule.PRETRAINING and opts.warmup > 0:
+        steps += [('warmup', 35200), ('lr_warmup_decay_step', 4400)]
+        if abs(opts.lr_warmup / lr_rule.pretraining_warmup_lr(batch) - 1) > LR_TOLERANCE:
+            problems.append('lr_warmup %g' % opts.lr_warmup)
+    for name, reference in steps:
+        value, rule = getattr(opts, name), lr_rule.scaled_steps(reference, batch, row['kind'])
+        if value and abs(value / rule - 1) > LR_TOLERANCE:
+            problems.append('--%s=%d, the rule %d' % (name, value, rule))
+    problems += ['no --%s' % name for name in ('batch_size', 'max_to_keep')
+                 if not given(args, name)]
+    text = stated_text(where, args)
+    if '%.1f GiB' % row['disk'] not in text:
+        problems.append('checkpoint disk %.1f GiB not stated' % row['disk'])
+    if row['epochs'] is not None and not re.search(
+            r'\b%d epochs?\b|\bepoch %d\b' % ((round(row['epochs']),) * 2), text):
+        problems.append('%d epochs not stated' % round(row['epochs']))
+    return problems
+
+
+TRAINING = training_commands()
+
+
+def test_every_documented_training_run_follows_its_rule():
+    """Each documented training command (README, docs/*.md, the recipe flagfiles, the Docker
+    runs, the TFJob manifests): its global batch, its lr within 5 % of its kind's rule
+    (warm-up and step counts too), --batch_size and --max_to_keep given, the checkpoint
+    disk stated in its doc or flagfile, and its epochs where the data's size is known."""
+    wrong, rows = [], 0
+    for where, env, script, args in TRAINING:
+        row = training_row(where, env, script, args)
+        if row is not None:
+            rows += 1
+            wrong += ['%s\n  -> %s' % (where, p) for p in rule_problems(where, args, row)]
+    assert wrong == []
+    assert rows >= 20
+
+
+def test_the_rule_check_finds_an_insane_run():
+    """The README's first run as it was: lr 0.08 at 64 images a step, no --max_to_keep."""
+    args = shlex.split('--data_dir=/data/ml-images --class_num=11166 --resnet_size=101 '
+                       '--batch_size=64 --lr=0.08 --lr_decay_step=110000 --max_iter=440000 '
+                       '--warmup=35200 --lr_warmup=0.01 --lr_warmup_decay_step=4400')
+    where = 'README.md: .venv/bin/python train.py ' + ' '.join(args)
+    row = training_row(where, {}, 'train.py', args)
+    assert row['batch'] == 64 and row['rule'] == pytest.approx(0.00125)
+    problems = rule_problems(where, args, row)
+    assert problems[0] == 'lr 0.08, the pre-training rule 0.00125 at 64'
+    assert 'no --max_to_keep' in problems and len(problems) >= 6

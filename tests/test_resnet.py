@@ -55,6 +55,8 @@ def test_variable_names_and_shapes_follow_spec(size):
     with graph.as_default():
         got = {v.op.name: tuple(v.shape.as_list()) for v in tf.global_variables()}
     assert got == spec_variables(size, 11166)
+    # the checkpoint-size arithmetic's shapes (run_plan, train.py's disk warning), no graph
+    assert got == {k: tuple(v) for k, v in resnet.variable_shapes(size, 11166).items()}
 
 
 @pytest.mark.parametrize('size,count', [(50, 25553064), (101, 44545192), (152, 60188840)])
@@ -81,7 +83,9 @@ def test_nchw_builds_the_same_variables():
 def test_other_depths(size, blocks, feature):
     graph, model, logits = build(size, 7, image_size=32)
     with graph.as_default():
-        names = {v.op.name for v in tf.global_variables()}
+        shapes = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
+    assert shapes == resnet.variable_shapes(size, 7)
+    names = set(shapes)
     for i, n in enumerate(blocks):
         assert 'stages_%d_block_%d/conv1_b2/conv2d/kernel' % (i, n - 1) in names
         assert 'stages_%d_block_%d/conv1_b2/conv2d/kernel' % (i, n) not in names

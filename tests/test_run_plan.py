@@ -4,6 +4,7 @@ the numpy learning rate, the checkpoint size against a checkpoint of the real tr
 graph."""
 import glob
 import os
+import re
 
 import numpy as np
 import pytest
@@ -35,11 +36,13 @@ def test_every_recipe_plans(recipe, capsys, tmp_path, monkeypatch):
     png = str(tmp_path / 'lr.png')
     lines, out = plan(capsys, '--flagfile=' + os.path.relpath(recipe, ROOT), '--train_images',
                       images, '--hours', 90, '--lr_png', png)
-    machines = 4 if '4x8' in recipe else 1
-    per_gpu = 32 if imagenet else 128
-    batch = machines * 8 * per_gpu
-    assert lines['job'].endswith('%d worker%s x 8 GPUs x batch %d = {:,} images a global '
+    machines, gpus = map(int, re.search(r'(\d)x(\d)\.flags$', recipe).groups())
+    with open(recipe) as f:
+        per_gpu = int(re.search(r'^--batch_size=(\d+)$', f.read(), re.M).group(1))
+    batch = machines * gpus * per_gpu
+    assert lines['job'].endswith('%d worker%s x %d GPU%s x batch %d = {:,} images a global '
                                  'step'.format(batch) % (machines, 's' if machines > 1 else '',
+                                                         gpus, 's' if gpus > 1 else '',
                                                          per_gpu))
     assert lines['data'] == '{:,} training images: {:,.1f} steps an epoch'.format(
         images, images / batch)
@@ -53,13 +56,13 @@ def test_every_recipe_plans(recipe, capsys, tmp_path, monkeypatch):
         assert lines['warm-up'].endswith('8 stairs of {:,} steps (1.02 epochs), lr {:g} x '
                                          '1.297^k: {:.4g} to {:.4g}, then {:.4g}'.format(
                                              4400 * 4096 // batch, 0.01 * batch / 4096,
-                                             0.01 * batch / 4096,
+                                             np.float32(0.01 * batch / 4096),  # TF's float
                                              0.01 * batch / 4096 * 1.297 ** 7,
                                              0.08 * batch / 4096))
         assert lines['decay'].count('; step ') == 2 and '(epoch 25.59)' in lines['decay']
     needed = max_iter * batch / (90 * 3600.0)
     assert 'wall time 90 h needs %.0f images/s (%.1f a GPU)' % (
-        needed, needed / (machines * 8)) in out.splitlines()
+        needed, needed / (machines * gpus)) in out.splitlines()
     kept = min(10, 1 + max_iter // int(lines['checkpoints'].split()[1].replace(',', '')) + 1)
     assert ', the newest %d kept' % kept in lines['checkpoints']
     with Image.open(png) as image:
@@ -117,3 +120,38 @@ def test_bad_usage_is_one_line(capsys, tmp_path):
         status, out, err = run_main(plan_run, capsys, *args)
         assert status == 2 and out == '' and len(err) == 1, (args, err)
         assert err[0].startswith('plan_run.py: error: ') and fragment in err[0], err
+
+
+def parsed(*args):
+    """train.py's Options of `args`, as plan_run parses them."""
+    from absl import flags as absl_flags
+    values = absl_flags.FlagValues()
+    values.append_flag_values(flags_lib.FLAGS)
+    values.unparse_flags()
+    values(['plan'] + list(args))
+    return flags_lib.options(values)
+
+
+def test_the_start_warnings_of_the_readmes_old_first_run():
+    """train.py's start (training.train): the first run the README had -- lr 0.08 at 64
+    images a step, the default 200 checkpoints of a ResNet-101 -- on a disk of 20 GiB; the
+    1x1 recipe gives none; a task that writes no checkpoint checks no disk."""
+    old = parsed('--class_num=11166', '--resnet_size=101', '--batch_size=64', '--lr=0.08',
+                 '--max_iter=440000', '--snapshot=4400', '--model_dir=/m')
+    plan, _ = run_plan.job(old, {})
+    assert run_plan.start_warnings(old, plan, True, 20 * run_plan.GiB) == [
+        '--lr=0.08 is 64.0x above the pre-training rule for 64 images a global step: 0.00125 '
+        '(0.08 x B / 4,096; more than 2x off warns; docs/hardware.md)',
+        '--max_to_keep=200: 101 checkpoints of 0.49 GiB need 49.2 GiB, /m has 20.0 GiB free: '
+        'lower --max_to_keep or free disk (docs/hardware.md)']
+    assert len(run_plan.start_warnings(old, plan, False, 20 * run_plan.GiB)) == 1
+    recipe = parsed('--flagfile=' + os.path.join(ROOT, 'docs', 'recipes',
+                                                 'mlimages-resnet101-1x1.flags'))
+    plan, _ = run_plan.job(recipe, {})
+    assert run_plan.start_warnings(recipe, plan, True, 20 * run_plan.GiB) == []
+    assert run_plan.start_warnings(recipe, plan, True, None) == []
+
+
+def test_free_disk_is_of_the_nearest_existing_folder(tmp_path):
+    assert run_plan.free_disk(str(tmp_path / 'not' / 'yet')) > 0
+    assert run_plan.free_disk('gs://bucket/model') is None

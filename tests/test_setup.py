@@ -408,4 +408,6 @@ def test_the_container_route_pins_tensorflow_with_cuda_and_the_readme_runs_it():
             if line.strip().startswith('docker run --gpus all')]
     assert len(runs) == 2
     assert runs[0].endswith('ml-images-trainer --demo')
-    assert ':/data:ro' in runs[1] and ' ml-images-trainer --data_dir=/data ' in runs[1]
+    assert ':/data:ro' in runs[1] and ' --data_dir=/data ' in runs[1]
+    flagfile = re.search(r' ml-images-trainer --flagfile=(\S+) ', runs[1]).group(1)
+    assert os.path.isfile(os.path.join(ROOT, flagfile))  # in the image: COPY . /app

@@ -32,6 +32,9 @@ def test_train_three_steps_then_resume_to_the_same_global_step(dataset, tmp_path
     # The builder's records.txt lets the log say what --max_iter means: 3 x 4 / 12 records.
     assert 'global batch 4 images a global step; --max_iter=3 steps make 1.00 epochs of the ' \
         '12 training records' in first.stderr
+    # and the learning rate far off its rule (lr_rule: 0.08 x 4 / 4,096), in one line
+    assert '] --lr=0.1 is 1280.0x above the pre-training rule for 4 images a global step: ' \
+        '7.81' in first.stderr
 
     scalars = scalar_tags(model_dir)
     assert {'learning_rate', 'cross_entropy', 'train_accuracy', 'loss'} <= set(scalars)

@@ -13,10 +13,11 @@ imply for the job, from the same code the run uses.
                   one Momentum slot a trained variable, the loss counters (2 x class_num,
                   multi-label) and the int64 step
     wall time     B x max_iter images at a given images/s, or the images/s a wall time needs
+    warnings      train.py's start: lr_rule's, on the free disk of --model_dir
 """
-import functools
 import math
 import os
+import shutil
 
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -26,7 +27,7 @@ import resnet
 from mlimages.distributed import cluster_flags, devices, distribute
 from mlimages.errors import UsageError
 from mlimages.model import lr_schedule
-from mlimages.run import checkpoints
+from mlimages.run import lr_rule
 
 GiB = 1024.0 ** 3
 
@@ -85,19 +86,10 @@ def change_steps(opts):
     return sorted(s for s in set(changes) if 0 < s < opts.max_iter)
 
 
-@functools.lru_cache(maxsize=4)
-def model_shapes(resnet_size):
-    """{variable name: shape} of a ResNet of one class (its graph is built once a depth)."""
-    return checkpoints.model_variable_shapes(resnet_size, 1, 64, 'channels_last')
-
-
 def model_values(resnet_size, class_num):
-    """{variable name: values} of the model's variables; the head's are features x
-    class_num and class_num."""
-    values = {name: int(np.prod(shape)) for name, shape in model_shapes(resnet_size).items()}
-    features = model_shapes(resnet_size)['logits/dense/kernel'][0]
-    values.update({'logits/dense/kernel': features * class_num, 'logits/dense/bias': class_num})
-    return values
+    """{variable name: values} of the model's variables (resnet.variable_shapes)."""
+    return {name: int(np.prod(shape))
+            for name, shape in resnet.variable_shapes(resnet_size, class_num).items()}
 
 
 def checkpoint_bytes(opts):
@@ -208,3 +200,28 @@ def draw_curve(path, steps, rates, per_epoch, title):
     draw.line(corners, fill=(200, 30, 30), width=2)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     image.save(path)
+
+
+def free_disk(path):
+    """Free bytes of the file system of `path` (its nearest existing parent); None for a
+    remote file system (a URL)."""
+    if '://' in path:
+        return None
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free
+
+
+def start_warnings(opts, plan, chief, free_bytes):
+    """train.py's start-up warnings (lr_rule): a learning rate more than 2x off its rule
+    for the batch, and, for the chief (it writes the checkpoints), --max_to_keep
+    checkpoints that need more than free_bytes (None: not checked)."""
+    kind = lr_rule.run_kind(opts.label_type, opts.pretrain_ckpt, opts.demo)
+    lines = [lr_rule.lr_warning(kind, opts.lr, plan.images_per_global_step,
+                                plan.distribution == 'ps')]
+    if chief and free_bytes is not None:
+        saves = checkpoint_saves(opts) if opts.max_iter > 0 else None
+        lines.append(lr_rule.disk_warning(opts.max_to_keep, saves, checkpoint_bytes(opts),
+                                          free_bytes, opts.model_dir))
+    return [line for line in lines if line]

@@ -35,6 +35,7 @@ from mlimages.run import preemption
 from mlimages.data import records
 import resnet
 from mlimages.run import run_dirs
+from mlimages.run import run_plan
 from mlimages.config import interpreter, run_settings
 from mlimages.errors import PeerLost, TrainingError, UsageError, op_error_text
 
@@ -322,6 +323,8 @@ def train(opts, settings=None, extra_hooks=()):
                     distribute.describe_devices(plan, opts.batch_size), devices.gpu_count())
     if plan.trains:
         tf.logging.info(describe_epochs(opts, plan))
+        for line in run_plan.start_warnings(opts, plan, chief, run_plan.free_disk(opts.model_dir)):
+            tf.logging.warning(line)
     if plan.task is None and plan.worker_num > 1:  # an independent run: its own model_dir
         cluster_flags.claim_model_dir(opts.model_dir, plan.worker_id, plan.worker_num)
     if settings and plan.trains and (plan.task is None or plan.task.type == 'chief'):
