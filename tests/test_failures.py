@@ -122,7 +122,7 @@ E = tf.errors
                      "TrainingEx( cudnn.handle(), mode, bn_ops, ...)'\n\t [[{{node "
                      "resnet/batch_normalization/FusedBatchNormV3}}]]"),
      'cuDNN failed on the GPU at step 4 (CUDNN_STATUS_EXECUTION_FAILED): TensorFlow 2.15.1 '
-     'needs CUDA 12.2 and cuDNN 8.9'),
+     'is built for CUDA 12.2 and cuDNN 8.9: check the libraries'),
     (E.NotFoundError(None, None, 'No algorithm worked!  Error messages:\n\t [[{{node '
                      'resnet/conv2d/Conv2D}}]]'),
      'cuDNN failed on the GPU at step 4 (No algorithm worked!  Error messages:)'),
@@ -134,7 +134,7 @@ E = tf.errors
                      '[[{{node dense/MatMul}}]]'),
      'cuBLAS failed on the GPU at step 4 (Blas xGEMMBatched launch failed'),
     (E.InternalError(None, None, 'GPU sync failed'),
-     'CUDA failed on the GPU at step 4 (GPU sync failed): TensorFlow 2.15.1 needs'),
+     'CUDA failed on the GPU at step 4 (GPU sync failed): TensorFlow 2.15.1 is built for'),
     (E.InvalidArgumentError(None, None, "No registered 'CheckNumerics' OpKernel for 'GPU' "
                             "devices compatible with node {{node loss/CheckNumerics}}"),
      'an op has no GPU kernel for its type at step 4'),

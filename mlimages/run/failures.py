@@ -129,9 +129,9 @@ def describe_gpu_failure(error, first_line, opts, at, memory_note):
                 'same training, unfused)' % (at, first_line))
     for library, words in GPU_LIBRARY_WORDS:
         if any(word in error.message for word in words):
-            return ('%s failed on the GPU%s (%s): TensorFlow 2.15.1 needs %s and an NVIDIA '
-                    'driver for CUDA 12.2 (pip install "tensorflow[and-cuda]==2.15.1" brings '
-                    'the libraries; nvidia-smi shows the driver); if they are right, lower '
+            return ('%s failed on the GPU%s (%s): TensorFlow 2.15.1 is built for %s: check '
+                    'the libraries (pip install "tensorflow[and-cuda]==2.15.1" brings them) '
+                    'and the NVIDIA driver (nvidia-smi); if they are right, lower '
                     '--batch_size=%d (the libraries\' workspace shares the GPU\'s memory)' % (
                         library, at, first_line, GPU_BUILD, opts.batch_size))
     if NO_GPU_KERNEL.search(error.message):
