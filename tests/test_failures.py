@@ -111,12 +111,12 @@ E = tf.errors
      'Tile must be a compile-time constant.): rerun without --xla'),
     (E.InternalError(None, None, 'libdevice not found at ./libdevice.10.bc\n\t [[{{node '
                      'cluster_2_1/xla_compile}}]]'),
-     'XLA found no CUDA compiler tools at step 4 (libdevice not found at ./libdevice.10.bc): '
-     'set XLA_FLAGS=--xla_gpu_cuda_data_dir='),
+     'XLA could not use the CUDA tools ptxas or libdevice at step 4 (libdevice not found at '
+     './libdevice.10.bc): set XLA_FLAGS=--xla_gpu_cuda_data_dir='),
     (E.InternalError(None, None, "Can't find ptxas binary.  You can pass the flag "
                      "--xla_gpu_unsafe_fallback_to_driver_on_ptxas_not_found to use the GPU "
                      "driver for compiling ptx instead."),
-     'XLA found no CUDA compiler tools at step 4'),
+     'XLA could not use the CUDA tools ptxas or libdevice at step 4'),
     (E.InternalError(None, None, "CUDNN_STATUS_EXECUTION_FAILED\nin external/local_xla/xla/"
                      "stream_executor/cuda/cuda_dnn.cc(5750): 'cudnnBatchNormalizationForward"
                      "TrainingEx( cudnn.handle(), mode, bn_ops, ...)'\n\t [[{{node "
@@ -184,7 +184,7 @@ def test_the_xla_toolchain_line_names_the_cuda_nvcc_wheels_directory(tmp_path, m
     error = tf.errors.InternalError(None, None, 'libdevice not found at ./libdevice.10.bc')
     text = failures.describe_failure(error, options(model_dir=str(tmp_path)), None)
     assert ('XLA_FLAGS=--xla_gpu_cuda_data_dir=%s ' % nvcc) in text, text
-    assert text.startswith('XLA found no CUDA compiler tools (libdevice') and \
+    assert text.startswith('XLA could not use the CUDA tools ptxas or libdevice (libdevice') and \
         'rerun without --xla' in text, text
 
 

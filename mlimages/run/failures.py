@@ -118,11 +118,10 @@ def describe_gpu_failure(error, first_line, opts, at, memory_note):
                 % (oom_device(first_line), at, shorten_oom(first_line), opts.batch_size,
                    '; ' + memory_note if memory_note else ''))
     if any(word in error.message for word in XLA_TOOLCHAIN_WORDS):
-        return ('XLA found no CUDA compiler tools%s (%s): set XLA_FLAGS='
+        return ('XLA could not use the CUDA tools ptxas or libdevice%s (%s): set XLA_FLAGS='
                 '--xla_gpu_cuda_data_dir=%s (pip\'s nvidia-cuda-nvcc-cu12 wheel, part of '
                 '"tensorflow[and-cuda]==2.15.1", holds bin/ptxas and nvvm/libdevice there), '
-                'or rerun without --xla' % (
-                    at, first_line, cuda_nvcc_dir()))
+                'or rerun without --xla' % (at, first_line, cuda_nvcc_dir()))
     if any(word in error.message for word in XLA_COMPILE_WORDS) or any(
             n.endswith('xla_compile') for n in failing_nodes(error)):
         return ('XLA could not compile the training step%s (%s): rerun without --xla (the '
