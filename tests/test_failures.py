@@ -152,6 +152,17 @@ def test_each_gpu_failure_is_named_with_what_to_do(error, start, tmp_path):
     assert text.endswith('no checkpoint was written') and 'skip_bad_records' not in text, text
 
 
+def test_an_op_without_a_gpu_kernel_names_the_dtype_to_use(tmp_path):
+    error = tf.errors.InvalidArgumentError(
+        None, None, "No registered 'Conv2D' OpKernel for 'GPU' devices compatible with node "
+        "{{node resnet/conv2d/Conv2D}}\n\t (OpKernel was found, but attributes didn't match) "
+        "Requested Attributes: T=DT_BFLOAT16")
+    text = failures.describe_failure(error, options(model_dir=str(tmp_path), dtype='bf16'), 4)
+    assert text.startswith("an op has no GPU kernel for its type at step 4 (No registered "
+                           "'Conv2D' OpKernel for 'GPU' devices compatible with node {{node "
+                           "resnet/conv2d/Conv2D}}): rerun with --dtype=fp32 (now bf16)"), text
+
+
 def test_out_of_memory_names_the_batch_size_and_the_estimate(tmp_path):
     opts = options(model_dir=str(tmp_path), batch_size=512)
     error = tf.errors.ResourceExhaustedError(None, None, OOM)

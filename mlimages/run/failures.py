@@ -134,8 +134,9 @@ def describe_gpu_failure(error, first_line, opts, at, memory_note):
                     '--batch_size=%d (the libraries\' workspace shares the GPU\'s memory)' % (
                         library, at, first_line, GPU_BUILD, opts.batch_size))
     if NO_GPU_KERNEL.search(error.message):
-        return ('an op has no GPU kernel for its type%s (%s): rerun with --dtype=fp32 (now '
-                '%s)' % (at, first_line, opts.dtype))
+        return ('an op has no GPU kernel for its type%s (%s): %s' % (
+            at, first_line, 'rerun with --dtype=fp32 (now %s)' % opts.dtype
+            if opts.dtype != 'fp32' else 'report it, with the log above'))
     return None
 
 
