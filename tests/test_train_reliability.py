@@ -14,7 +14,8 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 from mlimages.data import records
-from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags, write_dataset
+from helpers import (CLASSES, ENV, ROOT, run_program, run_train, small_run_flags,
+                     write_dataset)
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +67,43 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(good_data,
     assert result.returncode == 1, result.stderr[-2000:]
     assert 'NaN or Inf at step 3' in last and 'model.ckpt-2 is kept' in last, last
     assert latest_step(model_dir) == 2
+
+
+def failing_run(model_dir, failure):
+    """tests/failing_train.py (train.py whose step meets a real failing op, `failure` =
+    KIND:STEP) on synthetic data, a checkpoint after every step; the CompletedProcess.
+    oneDNN off: its CPU allocator waits 10 s for memory before an out-of-memory error."""
+    env = dict(ENV, TRAIN_TEST_FAILURE=failure, TF_ENABLE_ONEDNN_OPTS='0')
+    return run_program('tests/failing_train.py', '--use_synthetic_data', '--class_num=5',
+                       '--model_dir=' + model_dir, '--resnet_size=18', '--image_size=32',
+                       '--batch_size=2', '--max_iter=3', '--snapshot=1', '--log_interval=1',
+                       '--data_format=NHWC', env=env)
+
+
+def test_out_of_memory_stops_naming_the_batch_size_and_keeps_the_last_checkpoint(tmp_path):
+    model_dir = str(tmp_path / 'model')
+    result = failing_run(model_dir, 'oom:2')
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        'train.py: error: out of memory on CPU:0 at step 2 (OOM when allocating tensor with '
+        'shape[1048576,4096,4096,3] and type float): lower --batch_size (2 images a replica '
+        'now); the last checkpoint model.ckpt-1 is kept')
+    assert latest_step(model_dir) == 1
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize('failure,start', [
+    ('xla:1', 'train.py: error: XLA could not compile the training step at step 1 (Detected '
+              'unsupported operations when trying to compile graph __inference_lengths_'),
+    ('reshape:1', 'train.py: error: an op of the training step rejected its input at step 1 '
+                  '(Input to reshape is a tensor with 4 values, but the requested shape has 3, '
+                  'node Reshape): not a bad record'),
+])
+def test_xla_and_op_failures_stop_with_their_own_line(tmp_path, failure, start):
+    result = failing_run(str(tmp_path / 'model'), failure)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert last.startswith(start) and last.endswith('model.ckpt-0 is kept'), last
 
 
 def test_odd_but_valid_images_train(tmp_path):
