@@ -53,3 +53,7 @@ def test_ampere_and_hopper_start_by_compiling_ptx(capability):
 def test_a_gpu_older_than_every_kernel():
     line = gpu_env.compute_capability_line(BUILT, [(3, 5)], {})
     assert line.endswith('TensorFlow has no kernels for it')
+
+
+def test_the_installed_build_is_the_one_described():
+    assert gpu_env.build_capabilities() == BUILT
