@@ -23,7 +23,7 @@ read when the runtime starts); of the C cores the rest are shared out:
 auto (train.py's default) sets the same two variables for a process that may use a GPU,
 unless the environment has them, and leaves the pools to TensorFlow; off sets neither.
 
-With them, a process that may use a GPU gets the rest of NVIDIA's environment settings
+In every mode a process that may use a GPU also gets NVIDIA's other environment settings
 that TensorFlow 2.15 still reads (config/gpu_env.py: each, its source and its off switch);
 a variable the environment already has keeps its value.
 """
