@@ -121,8 +121,12 @@ _int(G, 'class_num', 1000, 'Number of classes (length of every record\'s label).
 _int(G, 'resnet_size', 101, 'ResNet depth: 18, 34, 50, 101, 152 or 200.')
 _string(G, 'data_format', 'auto',
         'Layout of the convolutions: NCHW (or channels_first), NHWC (or channels_last), '
-        'or auto = NCHW when a GPU is visible, else NHWC. TensorFlow\'s CPU convolutions '
-        'support only NHWC.')
+        'or auto: without a GPU NHWC (TensorFlow\'s CPU convolutions support only NHWC); '
+        'with one NCHW for --dtype=fp32 and NHWC for fp16/bf16 -- the layout TensorFlow '
+        '2.15\'s own layout pass (grappler\'s generic layout optimizer, after the fp16 '
+        'rewrite) converts a GPU graph to: NCHW, unless at least half of its convolutions '
+        'are fp16 on Volta or later or bf16 on Ampere or later (tensor cores), then NHWC. '
+        'In that layout the pass adds no transposes.')
 _int(G, 'image_size', 224, 'Height and width of the network input.')
 _int(G, 'image_channels', 3, 'Channels the images are decoded to; the model takes 3.')
 _float(G, 'batch_norm_decay', 0.997, 'Momentum of the batch-norm moving averages.')
@@ -220,7 +224,8 @@ _int(G, 'summary_interval', 0, 'Write TensorBoard summaries every this many step
 _string(G, 'log_dir', './out/log/', 'Directory of the text log file train.log (TensorBoard '
         'events go to --model_dir).')
 _string(G, 'model_dir', './out/checkpoint/', 'Checkpoints and TensorBoard events.')
-_bool(G, 'verbose', False, 'Also show TensorFlow\'s C++ start-up messages, its deprecation '
+_bool(G, 'verbose', False, 'Also show TensorFlow\'s C++ start-up messages (its GPU '
+      'warnings, the fp16 rewrite\'s count of converted nodes), its deprecation '
       'notices and the Estimator\'s own loss/step lines (hidden by default).')
 _int(G, 'snapshot', 1000, 'Save a checkpoint every this many steps (and at the end).')
 _string(G, 'tmp_model_dir', './out/tmp/checkpoint/', 'Temporary model directory.' + IGNORED)
@@ -257,12 +262,14 @@ _int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the origi
      'spelling; with --num_gpus=N GPUs visiable_gpu ... visiable_gpu + N - 1, counted in '
      'CUDA_VISIBLE_DEVICES when that is set); -1 = leave all GPUs visible. Chosen once at '
      'start, through CUDA_VISIBLE_DEVICES, for every session of the process.')
-_string(G, 'tf_gpu_thread_mode', 'off',
-        'off: TensorFlow\'s default threads. gpu_private (TF official\'s setting): each GPU '
-        'launches its kernels from 2 threads of its own; the inter-op pool and the input '
-        'pipeline\'s private pool are sized from the cores left (unless '
-        '--inter_op_threads / --private_threads are given). gpu_shared: one pool for all '
-        'GPUs.')
+_string(G, 'tf_gpu_thread_mode', 'auto',
+        'auto: with a GPU, each GPU launches its kernels from 2 threads of its own '
+        '(TF_GPU_THREAD_MODE=gpu_private, TF_GPU_THREAD_COUNT=2, as NVIDIA\'s ConvNets; '
+        'the environment\'s own values win), TensorFlow\'s thread pools. off: TensorFlow\'s '
+        'default threads. gpu_private (TF official\'s setting): as auto, and the inter-op '
+        'pool and the input pipeline\'s private pool are sized from the cores left '
+        '(unless --inter_op_threads / --private_threads are given). gpu_shared: one pool '
+        'for all GPUs.')
 _int(G, 'inter_op_threads', 0, 'Threads running independent ops at once (0 = '
      'TensorFlow\'s choice, or the gpu_private plan).')
 _int(G, 'intra_op_threads', 0, 'Threads inside one op (0 = TensorFlow\'s choice).')

@@ -11,8 +11,10 @@ Variable names match the original's checkpoints (docs/original.md, Model), e.g.
 ``stages_2_block_0/conv1_b1/conv2d/kernel`` and
 ``stages_2_block_0/conv2_b2_bn/batch_normalization/moving_mean``.
 
-Images come in NHWC; with data_format 'channels_first' they are transposed once, which is
-what cuDNN prefers. The model takes explicit arguments and reads no flags.
+Images come in NHWC; with data_format 'channels_first' they are transposed once (what
+cuDNN prefers in float32). The model takes explicit arguments and reads no flags; the
+caller says whether stride-1 NHWC convolutions take the CPU's fast input gradient
+(cpu_input_grad: only when the process sees no GPU, _conv_same_fast_input_grad).
 
 In ps mode the head (logits/dense: kernel and bias, and so their optimizer slots) is cut
 along the classes into one slice per ps task (head_shards, class_partitioner): whole, the
@@ -64,13 +66,25 @@ def normalize_data_format(data_format):
                          'got %r' % (data_format,))
 
 
-def resolve_data_format(data_format, has_gpu, cpu_fallback=False):
-    """--data_format: 'auto' -> NCHW with a GPU, NHWC without; NCHW without a GPU is an
-    error (TensorFlow's CPU convolutions are NHWC only), or with cpu_fallback NHWC (a
-    cluster's ps tasks and evaluator share the workers' flags; the variables and results
-    do not depend on the layout). Raises errors.UsageError."""
+# --dtype values whose convolutions run in 16 bits (tensor cores' NHWC kernels).
+SIXTEEN_BIT_DTYPES = ('fp16', 'bf16')
+
+
+def resolve_data_format(data_format, has_gpu, cpu_fallback=False, dtype='fp32'):
+    """--data_format: 'auto' -> NCHW with a GPU in float32, NHWC with a GPU in fp16/bf16
+    and without a GPU; NCHW without a GPU is an error (TensorFlow's CPU convolutions are
+    NHWC only), or with cpu_fallback NHWC (a cluster's ps tasks and evaluator share the
+    workers' flags; the variables and results do not depend on the layout). Raises
+    errors.UsageError.
+
+    Why by dtype (TF 2.15's grappler, generic_layout_optimizer.cc, which runs after the
+    fp16 rewrite): on GPUs it converts a graph's convolutions to NCHW, except when at least
+    half of them are fp16 on Volta or later (or bf16 on Ampere or later); then it converts
+    them to NHWC, the tensor cores' layout. 'auto' builds the graph in the layout the pass
+    would choose, so it inserts no transposes."""
     if data_format.lower() == 'auto':
-        return 'channels_first' if has_gpu else 'channels_last'
+        return 'channels_first' if has_gpu and dtype not in SIXTEEN_BIT_DTYPES \
+            else 'channels_last'
     try:
         resolved = normalize_data_format(data_format)
     except ValueError as e:
@@ -129,10 +143,13 @@ def _conv_same_fast_input_grad(inputs, kernel):
     return conv(inputs, kernel)
 
 
-def conv2d_fixed_padding(inputs, name, filters, kernel_size, strides, data_format):
+def conv2d_fixed_padding(inputs, name, filters, kernel_size, strides, data_format,
+                         cpu_input_grad=False):
     """Bias-free conv, variance-scaling init, kernel `<name>/conv2d/kernel`; SAME at stride 1.
 
     The kernel is the variable tf.layers.conv2d would create (same name, shape, initializer).
+    cpu_input_grad: a stride-1 NHWC conv takes _conv_same_fast_input_grad (for a process
+    without GPUs; cuDNN's own input gradient is the fast one on a GPU).
     """
     if strides > 1:
         inputs = fixed_padding(inputs, kernel_size, data_format)
@@ -145,7 +162,7 @@ def conv2d_fixed_padding(inputs, name, filters, kernel_size, strides, data_forma
                 initializer=tf.variance_scaling_initializer())
         # float32 variable; a bf16 model (train.py --dtype=bf16) reads it as bf16
         kernel = tf.cast(tf.convert_to_tensor(kernel), inputs.dtype)
-        if strides == 1 and data_format == 'channels_last':
+        if cpu_input_grad and strides == 1 and data_format == 'channels_last':
             return _conv_same_fast_input_grad(inputs, kernel)
         fmt = 'NCHW' if data_format == 'channels_first' else 'NHWC'
         stride = [1, 1, strides, strides] if fmt == 'NCHW' else [1, strides, strides, 1]
@@ -164,11 +181,14 @@ class ResNet(object):
     mode (frozen_bn='inference') or, when training, in training mode like the rest
     (frozen_bn='train', the original's fine-tuning). Leaving their variables out of the
     optimizer is the caller's part (`frozen_variables`, `trainable_under_fixblock2`).
+
+    cpu_input_grad: stride-1 NHWC convolutions compute their input gradient as a forward
+    convolution (conv2d_fixed_padding); for a process that sees no GPU.
     """
 
     def __init__(self, resnet_size, class_num, data_format='channels_last',
                  batch_norm_decay=0.997, batch_norm_epsilon=1e-5, frozen_stages=0,
-                 frozen_bn='inference', head_shards=1):
+                 frozen_bn='inference', head_shards=1, cpu_input_grad=False):
         if resnet_size not in _ARCHITECTURES:
             raise ValueError('resnet_size must be one of %s, got %r'
                              % (', '.join(map(str, SUPPORTED_SIZES)), resnet_size))
@@ -187,6 +207,7 @@ class ResNet(object):
                              % (', '.join(FROZEN_BN_MODES), frozen_bn))
         self.frozen_bn = frozen_bn
         self.head_shards = head_shards
+        self.cpu_input_grad = cpu_input_grad
         self.features = None
 
     def frozen_scopes(self):
@@ -201,7 +222,8 @@ class ResNet(object):
         return tf.nn.relu(x)
 
     def _conv(self, x, name, filters, kernel_size, strides):
-        return conv2d_fixed_padding(x, name, filters, kernel_size, strides, self.data_format)
+        return conv2d_fixed_padding(x, name, filters, kernel_size, strides, self.data_format,
+                                    self.cpu_input_grad)
 
     def _block(self, x, filters, strides, projection, training):
         """One pre-activation residual block; `projection` for the first block of a stage."""

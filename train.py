@@ -36,7 +36,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import file_db  # noqa: E402
 import flags as flags_lib  # noqa: E402
-from mlimages.config import interpreter, run_settings  # noqa: E402
+from mlimages.config import gpu_env, interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
                              TrainingError, UsageError, stop_raises, stopped)
@@ -67,10 +67,15 @@ def choose_devices(opts):
     opts = opts._replace(inter_op_threads=opts.inter_op_threads or inter_op,
                          private_threads=opts.private_threads or private)
     # Without a GPU there is nothing to say (training's first lines count the GPUs seen).
-    if (devices.GPU_ENV in made and devices.gpu_count()) or opts.tf_gpu_thread_mode != 'off':
+    if devices.gpu_count() or opts.tf_gpu_thread_mode in ('gpu_private', 'gpu_shared'):
         tf.logging.info('devices: %s; inter-op threads %s, input private threads %s', ', '.join(
             '%s=%s' % item for item in sorted(made.items())),
             opts.inter_op_threads or 'default', opts.private_threads or 'shared')
+    if devices.gpu_count():  # a GPU newer than the build's machine code: the start's cost
+        line = gpu_env.compute_capability_line(
+            gpu_env.build_capabilities(), gpu_env.device_capabilities(), os.environ)
+        if line:
+            tf.logging.warning('%s', line)
     return opts
 
 

@@ -3,7 +3,8 @@ without one: a stand-in libcuda.so.1, built here from C, first on LD_LIBRARY_PAT
 
 Every driver function TensorFlow can resolve returns CUDA_ERROR_NO_DEVICE (100); cuInit,
 which the runtime calls once when it starts, first appends the CUDA_VISIBLE_DEVICES it
-sees (or <unset>) and the process's TF_CONFIG to the file $CUDA_STANDIN_LOG. The process
+sees (or <unset>) and the process's TF_CONFIG to the file $CUDA_STANDIN_LOG, and writes
+its whole environment to $CUDA_STANDIN_ENV when that is set. The process
 then goes on without GPUs, as on a CPU box. The symbols are the cu* names in TensorFlow's
 own libraries, so a later TensorFlow that resolves other ones still finds them all.
 """
@@ -16,6 +17,7 @@ import subprocess
 import pytest
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import gpu_env
 from helpers import CLASSES, ENV, run_program, small_run_flags, train_model, write_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,12 +25,16 @@ NO_DEVICE = 100
 SPECIAL = ('cuInit', 'cuGetErrorName', 'cuGetErrorString')
 C_HEAD = r'''#include <stdio.h>
 #include <stdlib.h>
+extern char **environ;
 int cuInit(unsigned int flags) {
   const char *path = getenv("CUDA_STANDIN_LOG");
   const char *seen = getenv("CUDA_VISIBLE_DEVICES");
   const char *task = getenv("TF_CONFIG");
+  const char *env_path = getenv("CUDA_STANDIN_ENV");
   FILE *f = path ? fopen(path, "a") : NULL;
   if (f) { fprintf(f, "%s\t%s\n", seen ? seen : "<unset>", task ? task : ""); fclose(f); }
+  f = env_path ? fopen(env_path, "w") : NULL;
+  if (f) { for (char **v = environ; *v; v++) fprintf(f, "%s\n", *v); fclose(f); }
   return 100;
 }
 int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
@@ -121,6 +127,26 @@ def test_train_py_starts_cuda_with_the_chosen_gpus(standin, trained, tmp_path, m
     else:  # inference and evaluation run on the CPU
         assert result.returncode == 0, result.stderr[-2000:]
     assert seen(log) == [('3,4', '')], result.stderr[-2000:]
+
+
+# What a GPU run of train.py's defaults has in force when CUDA starts (config/gpu_env.py).
+GPU_SETTINGS = dict(gpu_env.SETTINGS, TF_GPU_THREAD_MODE='gpu_private', TF_GPU_THREAD_COUNT='2')
+
+
+def test_a_gpu_run_starts_cuda_with_nvidias_settings_the_users_own_win(standin, tmp_path):
+    """The environment cuInit sees: NVIDIA's settings that TensorFlow 2.15 still reads,
+    set after flag parsing and before the runtime starts; a value of the user's (here
+    TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=0, that setting's off switch) stays."""
+    log, env_log = tmp_path / 'cuinit.log', tmp_path / 'cuinit.env'
+    env = {k: v for k, v in standin_env(standin, log, None).items() if k not in GPU_SETTINGS}
+    env.update(CUDA_STANDIN_ENV=str(env_log), TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT='0')
+    run('train.py', ['--mode=eval', '--data_dir=' + str(tmp_path),
+                     '--model_dir=' + str(tmp_path / 'm')], env)
+    assert seen(log) == [('0', '')]
+    at_start = dict(line.split('=', 1) for line in env_log.read_text().splitlines()
+                    if '=' in line)
+    want = dict(GPU_SETTINGS, TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT='0')
+    assert {name: at_start.get(name) for name in want} == want
 
 
 @pytest.mark.parametrize('visible', [None, '0,1,2,3'])

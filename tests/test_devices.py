@@ -6,6 +6,7 @@ import os
 import pytest
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import gpu_env
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
 from mlimages.run import training
@@ -29,9 +30,35 @@ def test_visible_gpus(visiable_gpu, num_gpus, environ, want):
 def test_choose_sets_the_environment_once_for_every_later_session():
     environ = {}
     made, inter_op, private = devices.choose(2, 2, 'off', environ, cores=16)
-    assert environ == made == {'CUDA_VISIBLE_DEVICES': '2,3',
-                               'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}
+    assert environ == made == dict(gpu_env.SETTINGS, CUDA_VISIBLE_DEVICES='2,3',
+                                   TF_FORCE_GPU_ALLOW_GROWTH='true')
     assert (inter_op, private) == (0, 0)
+
+
+def test_auto_threads_and_nvidia_settings_for_a_gpu_run_the_users_values_win():
+    environ = {'TF_GPU_THREAD_COUNT': '4', 'TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT': '0'}
+    made, inter_op, private = devices.choose(1, 1, 'auto', environ, cores=16)
+    assert environ == {'CUDA_VISIBLE_DEVICES': '1', 'TF_FORCE_GPU_ALLOW_GROWTH': 'true',
+                       'TF_GPU_THREAD_MODE': 'gpu_private', 'TF_GPU_THREAD_COUNT': '4',
+                       'TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT': '0',
+                       'TF_AUTOTUNE_THRESHOLD': '2', 'TF_SYNC_ON_FINISH': '0',
+                       'CUDA_CACHE_MAXSIZE': '4294967296'}
+    assert 'TF_GPU_THREAD_COUNT' not in made  # the log lists what the program set
+    assert (inter_op, private) == (0, 0)      # TensorFlow's own pools
+
+
+@pytest.mark.parametrize('visible', ['', '-1'])
+def test_no_gpu_settings_when_every_gpu_is_hidden(visible):
+    environ = {'CUDA_VISIBLE_DEVICES': visible}
+    made, _, _ = devices.choose(0, 1, 'auto', environ, cores=16)
+    assert set(made) <= {'CUDA_VISIBLE_DEVICES', 'TF_FORCE_GPU_ALLOW_GROWTH'}
+    assert environ['CUDA_VISIBLE_DEVICES'] == visible
+
+
+def test_gpu_private_asked_for_overrides_the_environment():
+    environ = {'TF_GPU_THREAD_COUNT': '4'}
+    devices.choose(0, 1, 'gpu_private', environ, cores=16)
+    assert environ['TF_GPU_THREAD_COUNT'] == '2'
 
 
 def test_gpu_private_thread_plan_as_tf_official():

@@ -1,15 +1,26 @@
 """docs/kubernetes: the Kubeflow TFJob manifests run train.py with flags train.py accepts
-and validates, the same in every replica, GPUs as --num_gpus says, a ps without GPUs."""
+and validates, the same in every replica, GPUs as --num_gpus says, a ps without GPUs; a
+GPU pod has a /dev/shm for NCCL and keeps the CUDA compile cache on its node, in the layout
+TensorFlow's layout pass would choose; every `docker run` of a GPU in the docs too."""
+import glob
 import os
+import re
 
 import pytest
 from absl import flags as absl_flags
 
+import resnet
 import train
 
 yaml = pytest.importorskip('yaml')
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs',
-                    'kubernetes')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, 'docs', 'kubernetes')
+
+
+def image_cache_path():
+    """The Dockerfile's CUDA_CACHE_PATH."""
+    with open(os.path.join(DOCS, 'Dockerfile')) as f:
+        return re.search(r'^ENV CUDA_CACHE_PATH=(\S+)$', f.read(), re.M).group(1)
 
 
 def manifest(name):
@@ -21,6 +32,7 @@ def parsed_options(args):
     """train.py's own parser and validation on the manifest's arguments."""
     values = absl_flags.FlagValues()
     values.append_flag_values(train.FLAGS)
+    values.unparse_flags()  # the Flag objects are shared: no value of an earlier manifest
     values(['train.py'] + list(args))
     opts = train.flags_lib.options(values)
     train.validate(opts)
@@ -63,3 +75,33 @@ def test_the_check_itself_refuses_what_train_py_refuses():
         parsed_options(['--batchsize=64'])
     with pytest.raises(train.UsageError):
         parsed_options(['--resnet_size=42'])
+
+
+@pytest.mark.parametrize('name', ['tfjob-ps.yaml', 'tfjob-collective.yaml'])
+def test_gpu_pods_get_shared_memory_a_node_compile_cache_and_the_fast_layout(name):
+    specs = manifest(name)['spec']['tfReplicaSpecs']
+    for kind, spec in specs.items():
+        pod = spec['template']['spec']
+        container = pod['containers'][0]
+        if not container.get('resources', {}).get('limits', {}).get('nvidia.com/gpu'):
+            continue
+        volumes = {v['name']: v for v in pod['volumes']}
+        mounted = {m['mountPath']: volumes[m['name']] for m in container['volumeMounts']}
+        assert mounted['/dev/shm']['emptyDir']['medium'] == 'Memory', kind
+        assert mounted[image_cache_path()]['hostPath']['path'], kind  # one per node
+        opts = parsed_options(container['args'])
+        # Nothing the layout pass would convert again (resnet.resolve_data_format).
+        assert resnet.resolve_data_format(opts.data_format, True, dtype=opts.dtype) == \
+            resnet.resolve_data_format('auto', True, dtype=opts.dtype), kind
+
+
+def test_every_docker_run_of_a_gpu_gives_nccl_shared_memory_and_keeps_the_cache():
+    runs = []
+    for path in [os.path.join(ROOT, 'README.md')] + glob.glob(os.path.join(ROOT, 'docs',
+                                                                            '*.md')):
+        with open(path) as f:
+            runs += [(path, line) for line in f if 'docker run' in line and '--gpus' in line]
+    assert len(runs) >= 4
+    for path, line in runs:
+        assert '--shm-size=' in line or '--ipc=host' in line, (path, line)
+        assert ':%s ' % image_cache_path() in line, (path, line)

@@ -127,6 +127,36 @@ def test_training_checkpoint_has_the_original_431_entries():
             'logits/dense/kernel/Momentum'} <= names
 
 
+def backprop_input_ops(cpu_input_grad):
+    """The Conv2DBackpropInput ops of a ResNet-18 training gradient."""
+    with tf.Graph().as_default() as graph:
+        model = resnet.ResNet(18, 3, 'channels_last', cpu_input_grad=cpu_input_grad)
+        tf.gradients(tf.reduce_sum(model(tf.zeros([1, 32, 32, 3]), True)),
+                     tf.trainable_variables())
+        return [op for op in graph.get_operations() if op.type == 'Conv2DBackpropInput']
+
+
+def test_the_cpu_input_gradient_only_when_asked():
+    """Without a GPU the caller asks (training.model_run: no GPU visible): only the 9
+    strided convolutions of ResNet-18's 21 (the stem, and each stage's first 3x3 and
+    projection) keep TensorFlow's input gradient; otherwise every one does."""
+    assert len(backprop_input_ops(False)) == 21
+    assert len(backprop_input_ops(True)) == 9
+
+
+@pytest.mark.parametrize('data_format,has_gpu,dtype,want', [
+    ('auto', False, 'fp32', 'channels_last'),
+    ('auto', False, 'fp16', 'channels_last'),
+    ('auto', True, 'fp32', 'channels_first'),  # grappler's layout pass converts to NCHW
+    ('auto', True, 'fp16', 'channels_last'),   # ... and fp16/bf16 graphs to NHWC
+    ('auto', True, 'bf16', 'channels_last'),
+    ('NCHW', True, 'fp16', 'channels_first'),  # asked for is what is built
+    ('NHWC', True, 'fp32', 'channels_last'),
+])
+def test_auto_layout_is_the_layout_passes_choice(data_format, has_gpu, dtype, want):
+    assert resnet.resolve_data_format(data_format, has_gpu, dtype=dtype) == want
+
+
 @pytest.mark.parametrize('kernel_size,channels', [(3, 8), (1, 6)])
 def test_fast_input_gradient_equals_autodiff(kernel_size, channels):
     rng = np.random.default_rng(1)
@@ -134,7 +164,8 @@ def test_fast_input_gradient_equals_autodiff(kernel_size, channels):
     w_val = rng.normal(size=(2, 5, 5, 4)).astype(np.float32)
     with tf.Graph().as_default():
         x = tf.constant(x_val)
-        y = resnet.conv2d_fixed_padding(x, 'c', 4, kernel_size, 1, 'channels_last')
+        y = resnet.conv2d_fixed_padding(x, 'c', 4, kernel_size, 1, 'channels_last',
+                                        cpu_input_grad=True)
         kernel = tf.global_variables()[0]
         reference = tf.nn.conv2d(x, kernel, 1, 'SAME')
         grads = tf.gradients(tf.reduce_sum(y * w_val), [x, kernel])

@@ -2,7 +2,9 @@
 and the epochs."""
 import os
 
-from mlimages.distributed import distribute
+import pytest
+
+from mlimages.distributed import devices, distribute
 import file_db
 from mlimages.run import training
 from helpers import options
@@ -26,3 +28,22 @@ def test_the_epochs_max_iter_makes(tmp_path):
     forever = opts._replace(max_iter=-1)
     assert training.describe_epochs(forever, plan).endswith(
         '2400 training records, one epoch every 300 steps')
+
+
+@pytest.mark.parametrize('gpus,dtype,layout,cpu_input_grad', [
+    (0, 'fp32', 'channels_last', True),
+    (0, 'fp16', 'channels_last', True),
+    (1, 'fp32', 'channels_first', False),
+    (1, 'fp16', 'channels_last', False),   # tensor cores' layout: no CPU gradient on it
+    (8, 'bf16', 'channels_last', False),
+])
+def test_layout_and_input_gradient_for_the_gpus_seen(monkeypatch, tmp_path, gpus, dtype,
+                                                     layout, cpu_input_grad):
+    """What a run builds as a process seeing `gpus` GPUs (devices.gpu_count, which starts
+    the runtime, stands in for them): --data_format=auto's layout and whether resnet takes
+    the CPU's input gradient."""
+    monkeypatch.setattr(devices, 'gpu_count', lambda: gpus)
+    opts = options(data_dir=str(tmp_path), model_dir=str(tmp_path / 'model'), dtype=dtype)
+    assert opts.data_format == 'auto'
+    assert training.data_format(opts) == layout
+    assert training.model_run(opts, layout).cpu_input_grad is cpu_input_grad

@@ -77,25 +77,19 @@ def build_step(name, files, args, literal_model=False, xla=None):
     tf = common.tensorflow()
     from mlimages.data import input_pipeline
     from mlimages.run import model_fn
-    import resnet
     opts = step_options(args)._replace(use_synthetic_data=name.startswith('synthetic'))
     xla = args.xla if xla is None else xla
     graph = tf.Graph()
-    saved = resnet._conv_same_fast_input_grad
-    if literal_model:
-        resnet._conv_same_fast_input_grad = lambda x, k: tf.nn.conv2d(x, k, 1, 'SAME')
-    try:
-        with graph.as_default():
-            dataset = input_pipeline.input_fn(opts, True, files, args.step_augment_on)
-            iterator = tf.data.make_initializable_iterator(dataset)
-            features, labels = iterator.get_next()
-            run = model_fn.Run(data_format='channels_last', images_per_step=opts.batch_size)
-            spec = model_fn.make_model_fn(opts, run)(features, labels,
-                                                     tf.estimator.ModeKeys.TRAIN)
-            init = [iterator.initializer, tf.global_variables_initializer(),
-                    tf.local_variables_initializer()]
-    finally:
-        resnet._conv_same_fast_input_grad = saved
+    with graph.as_default():
+        dataset = input_pipeline.input_fn(opts, True, files, args.step_augment_on)
+        iterator = tf.data.make_initializable_iterator(dataset)
+        features, labels = iterator.get_next()
+        run = model_fn.Run(data_format='channels_last', images_per_step=opts.batch_size,
+                           cpu_input_grad=not literal_model)
+        spec = model_fn.make_model_fn(opts, run)(features, labels,
+                                                 tf.estimator.ModeKeys.TRAIN)
+        init = [iterator.initializer, tf.global_variables_initializer(),
+                tf.local_variables_initializer()]
     config = tf.ConfigProto()
     if xla:
         config.graph_options.optimizer_options.global_jit_level = tf.OptimizerOptions.ON_1

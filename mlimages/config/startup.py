@@ -3,7 +3,9 @@
 - TensorFlow's C++ start-up messages (CUDA factory registrations, CPU-feature notes,
   TensorRT) are hidden by setting TF_CPP_MIN_LOG_LEVEL=3 before the import; errors that
   matter still reach Python as exceptions. --verbose (or a TF_CPP_MIN_LOG_LEVEL of the
-  user's) keeps them.
+  user's) keeps them, TensorFlow's GPU warnings and the fp16 rewrite's count of converted
+  nodes with them; the one that matters at start by default (a GPU newer than the build's
+  machine code) train.py says itself (config/gpu_env.compute_capability_line).
 - After the import, deprecation notices, the Estimator's own per-interval log lines
   ("loss = ..., step = ...", "global_step/sec: ...") and its bookkeeping lines are dropped
   from TensorFlow's logger: the trainer logs one line per interval itself

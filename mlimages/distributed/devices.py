@@ -20,14 +20,22 @@ such as the SavedModel export's).
 read when the runtime starts); of the C cores the rest are shared out:
   inter_op threads       = C - per_gpu x N
   input private threads  = C - per_gpu x N - 2 x N   (2 per GPU kept for monitoring)
+auto (train.py's default) sets the same two variables for a process that may use a GPU,
+unless the environment has them, and leaves the pools to TensorFlow; off sets neither.
+
+In every mode a process that may use a GPU also gets NVIDIA's other environment settings
+that TensorFlow 2.15 still reads (config/gpu_env.py: each, its source and its off switch);
+a variable the environment already has keeps its value.
 """
 import os
+
+from mlimages.config import gpu_env
 
 GPU_ENV = 'CUDA_VISIBLE_DEVICES'
 GROWTH_ENV = 'TF_FORCE_GPU_ALLOW_GROWTH'
 THREAD_MODE_ENV = 'TF_GPU_THREAD_MODE'
 THREAD_COUNT_ENV = 'TF_GPU_THREAD_COUNT'
-GPU_THREAD_MODES = ('off', 'gpu_private', 'gpu_shared')
+GPU_THREAD_MODES = ('off', 'gpu_private', 'gpu_shared', 'auto')
 PER_GPU_THREADS = 2
 
 
@@ -51,9 +59,12 @@ def visible_gpus(visiable_gpu, num_gpus, environ):
 
 def gpu_thread_plan(mode, num_gpus, cores, per_gpu=PER_GPU_THREADS):
     """(environment, inter_op threads, input pipeline private threads) of a thread mode;
-    ({}, 0, 0) -- TensorFlow's defaults -- when mode is 'off'."""
+    ({}, 0, 0) -- TensorFlow's defaults -- when mode is 'off'; for 'auto' gpu_private's
+    environment with TensorFlow's pools."""
     if mode == 'off':
         return {}, 0, 0
+    if mode == 'auto':
+        return {THREAD_MODE_ENV: 'gpu_private', THREAD_COUNT_ENV: str(per_gpu)}, 0, 0
     gpus = max(1, num_gpus)
     environ = {THREAD_MODE_ENV: mode, THREAD_COUNT_ENV: str(per_gpu)}
     inter_op = max(1, cores - per_gpu * gpus)
@@ -93,7 +104,12 @@ def choose(visiable_gpu, num_gpus, tf_gpu_thread_mode='off', environ=None, cores
     made[GROWTH_ENV] = 'true'
     thread_env, inter_op, private = gpu_thread_plan(
         tf_gpu_thread_mode, num_gpus, cores or usable_cores())
-    made.update(thread_env)
+    settings = dict(gpu_env.SETTINGS)
+    if tf_gpu_thread_mode == 'auto':  # a default: the environment's own values win
+        settings.update(thread_env)
+    else:  # asked for by the flag
+        made.update(thread_env)
+    made.update(gpu_env.defaults(dict(environ, **made), settings))
     environ.update(made)
     if own:
         _chosen = (key, (made, inter_op, private))

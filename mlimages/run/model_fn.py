@@ -59,7 +59,8 @@ Run = collections.namedtuple('Run', [
     'head_shards',             # slices of the classifier head (ps mode: one a ps task)
     'stop_together',           # a synchronous job: its tasks agree in each step on a stop
     'score_hook',              # evaluation: hook(labels, scores) -> a SessionRunHook, or None
-], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None))
+    'cpu_input_grad',          # no GPU: resnet's CPU-fast convolution input gradients
+], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -136,7 +137,8 @@ def resnet_model_fn(features, labels, mode, opts, run):
         tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
     model = resnet.ResNet(opts.resnet_size, opts.class_num, run.data_format,
                           opts.batch_norm_decay, opts.batch_norm_epsilon,
-                          2 if opts.FixBlock2 else 0, opts.frozen_bn, run.head_shards)
+                          2 if opts.FixBlock2 else 0, opts.frozen_bn, run.head_shards,
+                          run.cpu_input_grad)
     updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
     with precision.model_scope(opts.dtype):
         logits = precision.float32(model(precision.model_input(features, opts.dtype), training))

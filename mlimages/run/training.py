@@ -53,8 +53,9 @@ def evaluation_batches(opts):
 
 
 def data_format(opts, cpu_fallback=False):
-    """--data_format for the GPUs this process sees (resnet.resolve_data_format)."""
-    return resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0, cpu_fallback)
+    """--data_format for the GPUs this process sees and --dtype (resnet.resolve_data_format)."""
+    return resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0, cpu_fallback,
+                                      opts.dtype)
 
 
 def augment_on(opts):
@@ -66,7 +67,8 @@ def model_run(opts, data_format, plan=None, warm_start=None):
     """The model_fn.Run of this process: plan, the distribute.Plan of a training run (images
     a step of this process and of the job, the task); warm_start, (checkpoint, names)."""
     run = model_fn.Run(
-        data_format=data_format, max_steps=training_steps(opts),
+        data_format=data_format, cpu_input_grad=devices.gpu_count() == 0,
+        max_steps=training_steps(opts),
         legacy_counters=checkpoints.has_legacy_counters(opts.model_dir),
         leaf_mask=leaf_mask(opts.hierarchy, opts.class_num) if opts.hierarchy else None,
         warm_start=warm_start)
