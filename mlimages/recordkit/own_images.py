@@ -250,9 +250,11 @@ def read_dictionary(path):
     try:
         with open(path, encoding='utf-8') as f:
             lines = [line.rstrip('\n') for line in f if line.strip()]
-    except OSError as exc:
-        raise InputError('cannot read --class_dict_in %s: %s' % (path, exc.strerror)) \
-            from None
+    except FileNotFoundError:
+        raise InputError('no such --class_dict_in file: %s' % path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError('cannot read --class_dict_in %s (a dictionary of make_image_list.py'
+                         '): %s' % (path, exc)) from None
     names = []
     for number, line in enumerate(lines, 1):
         index, tab, name = line.partition('\t')
