@@ -346,3 +346,16 @@ def test_the_pages_csv_training_run(tmp_path, monkeypatch, capsys):
         status, _, err = run_page_command(tokens, capsys)
         assert status == 0, (tokens, err[-3000:])
     assert 'new head of 20 classes' in err
+
+
+def test_a_folder_link_cycle_is_walked_once_and_a_non_utf8_name_is_named(tmp_path, capsys):
+    jpeg(tmp_path / 'photos' / 'cat' / 'a.jpg', 0)
+    os.symlink('..', str(tmp_path / 'photos' / 'cat' / 'up'))  # cat/up/cat/up/... a cycle
+    name = os.fsdecode(b'\xff.jpg')
+    jpeg(tmp_path / 'photos' / 'cat' / name, 1)
+    status, out, err = run_main(tool, capsys, '--image_root', tmp_path / 'photos', '--out',
+                                tmp_path / 'list.txt', '--quiet')
+    assert status == 0
+    assert read(tmp_path / 'list.txt') == ['cat/a.jpg\t0']
+    assert err == ['make_image_list.py: skipped cat/?.jpg: name not UTF-8 (image lists are '
+                   'UTF-8: rename the file)']

@@ -29,6 +29,7 @@ skipped with one line naming it and why -- the kinds, each counted in the summar
                        in list order: sorted paths, or the CSV's rows)
   unlisted             a file directly in ROOT, outside every class folder
   whitespace in path   image lists split on whitespace: rename the file
+  name not UTF-8       image lists are UTF-8: rename the file
   unknown class        a class --class_dict_in does not have
 
 and every class left without an image is named (an "empty class", left out of a written
@@ -83,8 +84,11 @@ def folder_entries(root):
             skips.append((name, 'unlisted', 'not in a class folder'))
             continue
         classes.append(' '.join(name.split()))
+        seen = set()
         for folder, dirs, files in os.walk(full, followlinks=True):
-            dirs.sort()
+            seen.add(os.path.realpath(folder))  # a linked folder is walked once: no cycles
+            dirs[:] = sorted(d for d in dirs
+                             if os.path.realpath(os.path.join(folder, d)) not in seen)
             for file in sorted(files):
                 path = os.path.relpath(os.path.join(folder, file), root).replace(os.sep, '/')
                 entries.append(Entry(path, os.path.join(folder, file),
@@ -223,6 +227,9 @@ def check_entries(entries, run_tasks, progress=False):
         if re.search(r'\s', entry.path):
             skips.append((entry.where, 'whitespace in path',
                           'image lists split on whitespace: rename the file'))
+        elif not _utf8(entry.path):
+            skips.append((entry.where.encode('utf-8', 'replace').decode('utf-8'),
+                          'name not UTF-8', 'image lists are UTF-8: rename the file'))
         else:
             candidates.append(entry)
     meter = _Progress(len(candidates), progress)
@@ -243,6 +250,19 @@ def check_entries(entries, run_tasks, progress=False):
             if result[2] != 1:
                 rotated.append(entry.path)
     return kept, skips, rotated
+
+
+def _utf8(text):
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError:  # a file name of other bytes, as os.listdir escapes it
+        return False
+    return True
+
+
+def natural_key(text):
+    """'labels.csv:9' before 'labels.csv:10': the skip lines in list order."""
+    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', text)]
 
 
 def read_dictionary(path):
@@ -268,7 +288,7 @@ def read_dictionary(path):
     return names
 
 
-def map_classes(kept, skips, names, given):
+def map_classes(kept, skips, given):
     """(class names, kept entries of known classes): `given` (a read dictionary) or the
     sorted names of the classes that kept an image; an image of a class not in `given`
     becomes an 'unknown class' skip."""
@@ -344,7 +364,8 @@ def make_image_list(out, image_root=None, csv_path=None, val_out=None, val_fract
     kept, checked_skips, rotated = check_entries(
         entries, lambda f, t, p: common.run_tasks(f, t, workers, p), progress)
     skips += checked_skips
-    names, kept = map_classes(kept, skips, universe, given)
+    names, kept = map_classes(kept, skips, given)
+    skips.sort(key=lambda skip: natural_key(skip[0]))
     found = {name for entry in kept for name in entry.labels}
     empty = [(name, sum(1 for e in entries if name in e.labels))
              for name in (given or universe) if name not in found]
