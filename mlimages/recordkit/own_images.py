@@ -24,6 +24,7 @@ skipped with one line naming it and why -- the kinds, each counted in the summar
   missing              a CSV row's file does not exist
   not an image         empty, or not a format Pillow identifies
   truncated or corrupt Pillow identifies it but cannot decode it to the end
+  too large            more pixels than Pillow decodes (its decompression-bomb limit)
   duplicate path       a CSV row naming a file an earlier row named (the same real path)
   duplicate bytes      the same bytes as a file kept earlier (sha256; the first is kept,
                        in list order: sorted paths, or the CSV's rows)
@@ -181,9 +182,10 @@ def check_file(file):
     try:
         images.downscale(data, 0)  # decodes it whole, as make_tfrecords.py will
     except BadImageError as exc:
-        kind = 'not an image' if str(exc).startswith('not an image') else \
-            'truncated or corrupt'
-        return ('skip', kind, str(exc))
+        reason = str(exc)
+        kind = ('not an image' if reason.startswith('not an image') else 'too large'
+                if reason.startswith('too many pixels') else 'truncated or corrupt')
+        return ('skip', kind, reason)
     try:
         orientation = Image.open(io.BytesIO(data)).getexif().get(_ORIENTATION, 1)
     except Exception:  # a broken EXIF block: the pixels decode, so the image is kept
