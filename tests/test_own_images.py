@@ -47,7 +47,8 @@ def tree_of_every_kind(root):
     (root / 'dog' / 'trunc.jpg').write_bytes(good[:len(good) // 2])     # truncated
     (root / 'cat' / 'notes.txt').write_text('not a picture')            # not an image
     (root / 'cat' / 'empty.jpg').write_bytes(b'')                       # not an image
-    (root / 'cat' / 'my cat.jpg').write_bytes(good[::-1])               # whitespace
+    (root / 'cat' / 'tab\tcat.jpg').write_bytes(good[::-1])             # unusable name
+    jpeg(root / 'cat' / 'my cat.jpg', 7)                                # kept: a tab ends it
     os.symlink('loop.jpg', str(root / 'cat' / 'loop.jpg'))              # unreadable
     (root / 'readme.txt').write_text('x')                               # unlisted
     (root / 'hamster').mkdir()
@@ -67,8 +68,8 @@ def test_a_folder_tree_names_every_skip_kind_and_empty_class(tmp_path, capsys):
     skipped = sorted(line for line in err if ': skipped ' in line)
     assert skipped == sorted([
         "make_image_list.py: skipped readme.txt: unlisted (not in a class folder)",
-        "make_image_list.py: skipped cat/my cat.jpg: whitespace in path (image lists split "
-        "on whitespace: rename the file)",
+        "make_image_list.py: skipped cat/tab\tcat.jpg: unusable name (a tab, a line break or "
+        "a space at either end, which an image list cannot hold: rename the file)",
         "make_image_list.py: skipped cat/empty.jpg: not an image (empty file (0 bytes))",
         "make_image_list.py: skipped cat/loop.jpg: unreadable (Too many levels of symbolic "
         "links)",
@@ -86,11 +87,12 @@ def test_a_folder_tree_names_every_skip_kind_and_empty_class(tmp_path, capsys):
     assert len(skipped) == 8
     assert read(tmp_path / 'lists' / 'classes.txt') == ['0\tcat', '1\tdog']
     assert read(tmp_path / 'lists' / 'train.txt') == [
-        'cat/0.jpg\t0', 'cat/1.jpg\t0', 'cat/2.jpg\t0', 'cat/rotated.jpg\t0',
+        'cat/0.jpg\t0', 'cat/1.jpg\t0', 'cat/2.jpg\t0', 'cat/my cat.jpg\t0',
+        'cat/rotated.jpg\t0',
         'dog/sub/0.jpg\t1', 'dog/sub/1.jpg\t1', 'dog/sub/2.jpg\t1']
     lines = out.splitlines()
     assert lines[1] == ('files skipped: 8, duplicate bytes 1, not an image 3, truncated or '
-                        'corrupt 1, unlisted 1, unreadable 1, whitespace in path 1')
+                        'corrupt 1, unlisted 1, unreadable 1, unusable name 1')
     assert lines[2] == "empty classes: 1, 'hamster'"
     assert lines[3].startswith('EXIF orientation other than 1: 1 image (e.g. cat/rotated.jpg)'
                                ', kept unrotated')
@@ -101,7 +103,7 @@ def test_a_folder_tree_names_every_skip_kind_and_empty_class(tmp_path, capsys):
     summary = make_tfrecords.build_records(
         [str(tmp_path / 'lists' / 'train.txt')], str(tmp_path / 'photos'),
         str(tmp_path / 'data'), class_num=2, workers=1, progress=False, single_label=True)
-    assert summary['images_written'] == 7 and summary['images_skipped'] == 0
+    assert summary['images_written'] == 8 and summary['images_skipped'] == 0
 
 
 CSV = ('path,labels,comment\n'
@@ -110,14 +112,14 @@ CSV = ('path,labels,comment\n'
        './a.jpg,sea,the same file again\n'
        'gone.jpg,sea,\n'
        '%s,sky:0,absolute\n'
-       'nolabel.jpg,,\n')
+       'no label.jpg,,\n')
 
 
 def write_csv(tmp_path):
     jpeg(tmp_path / 'a.jpg', 1)
     jpeg(tmp_path / 'sub' / 'b,c.jpg', 2)
     jpeg(tmp_path / 'abs' / 'd.jpg', 3)
-    jpeg(tmp_path / 'nolabel.jpg', 4)
+    jpeg(tmp_path / 'no label.jpg', 4)
     (tmp_path / 'labels.csv').write_text(CSV % (tmp_path / 'abs' / 'd.jpg'))
     return tmp_path / 'labels.csv'
 
@@ -135,7 +137,12 @@ def test_a_csv_becomes_a_multi_label_list(tmp_path, capsys):
         '0\tcar', '1\tsand', '2\tsea', '3\tsky', '4\tstreet']
     assert read(tmp_path / 'out' / 'list.txt') == [
         'a.jpg\t1:0.8\t2', 'sub/b,c.jpg\t0:-1\t4', '%s\t3:0' % (tmp_path / 'abs' / 'd.jpg'),
-        'nolabel.jpg']
+        'no label.jpg\t']
+    from mlimages.recordkit import make_tfrecords
+    summary = make_tfrecords.build_records(
+        [str(tmp_path / 'out' / 'list.txt')], str(tmp_path), str(tmp_path / 'data'),
+        class_num=5, workers=1, progress=False)
+    assert summary['images_written'] == 4 and summary['images_skipped'] == 0
     assert out.splitlines()[-1] == 'next: make_tfrecords.py --image_root %s --class_num 5' \
         % tmp_path
 
@@ -357,5 +364,5 @@ def test_a_folder_link_cycle_is_walked_once_and_a_non_utf8_name_is_named(tmp_pat
                                 tmp_path / 'list.txt', '--quiet')
     assert status == 0
     assert read(tmp_path / 'list.txt') == ['cat/a.jpg\t0']
-    assert err == ['make_image_list.py: skipped cat/?.jpg: name not UTF-8 (image lists are '
-                   'UTF-8: rename the file)']
+    assert err == ['make_image_list.py: skipped cat/?.jpg: unusable name (not UTF-8, which '
+                   'image lists are: rename the file)']

@@ -29,8 +29,10 @@ skipped with one line naming it and why -- the kinds, each counted in the summar
   duplicate bytes      the same bytes as a file kept earlier (sha256; the first is kept,
                        in list order: sorted paths, or the CSV's rows)
   unlisted             a file directly in ROOT, outside every class folder
-  whitespace in path   image lists split on whitespace: rename the file
-  name not UTF-8       image lists are UTF-8: rename the file
+  unusable name        a tab or line break in the path, or a space at either end: an
+                       image list cannot hold it (spaces inside are fine: lists are
+                       tab-separated)
+                       or a name that is not UTF-8
   unknown class        a class --class_dict_in does not have
 
 and every class left without an image is named (an "empty class", left out of a written
@@ -226,12 +228,13 @@ def check_entries(entries, run_tasks, progress=False):
     dropped after the first."""
     candidates, skips = [], []
     for entry in entries:
-        if re.search(r'\s', entry.path):
-            skips.append((entry.where, 'whitespace in path',
-                          'image lists split on whitespace: rename the file'))
+        if re.search(r'[\t\n\r\f\v]', entry.path) or entry.path != entry.path.strip():
+            skips.append((entry.where, 'unusable name', 'a tab, a line break or a space at '
+                          'either end, which an image list cannot hold: rename the file'))
         elif not _utf8(entry.path):
             skips.append((entry.where.encode('utf-8', 'replace').decode('utf-8'),
-                          'name not UTF-8', 'image lists are UTF-8: rename the file'))
+                          'unusable name', 'not UTF-8, which image lists are: rename the '
+                          'file'))
         else:
             candidates.append(entry)
     meter = _Progress(len(candidates), progress)
@@ -329,8 +332,9 @@ def split(kept, val_fraction, seed, by_class):
 def list_line(entry, index):
     """`<path><TAB><class>[:<confidence>] ...` (classes ascending, a bare class = 1)."""
     labels = sorted((index[name], value) for name, value in entry.labels.items())
-    return '\t'.join([entry.path] + ['%d' % c if v == 1.0 else '%d:%.6g' % (c, v)
+    line = '\t'.join([entry.path] + ['%d' % c if v == 1.0 else '%d:%.6g' % (c, v)
                                      for c, v in labels])
+    return line + '\t' if not labels and ' ' in entry.path else line  # the tab ends the path
 
 
 def write_outputs(outputs, names, dictionary_path):

@@ -18,7 +18,7 @@ import numpy as np
 
 from mlimages.recordkit import archives
 from mlimages.errors import ListFormatError
-from mlimages.recordkit.image_lists import parse_raw_line, scan_list
+from mlimages.recordkit.image_lists import parse_raw_line, scan_list, split_line
 
 PLAN_DTYPE = np.dtype([('offset', '<i8'), ('lineno', '<i8'), ('data', '<i8'),
                        ('size', '<i8')])
@@ -72,7 +72,7 @@ def resolve(plans, by_key, list_files, source, out_dir, run_tasks, note=None):
             for number, position in pairs.tolist():
                 plan, f = plans[number], handles[number]
                 f.seek(int(plan['offset'][position]))
-                image = f.readline().decode('utf-8', 'replace').lstrip('\ufeff').split()[0]
+                image = split_line(f.readline().decode('utf-8', 'replace').lstrip('\ufeff'))[0]
                 place = index.get(source.split(image)[1])
                 if place is None:
                     missing += 1
@@ -114,7 +114,7 @@ def missing_entries(plans, list_files, source):
         with open(path, 'rb') as f:
             for offset, lineno in zip(gone['offset'].tolist(), gone['lineno'].tolist()):
                 f.seek(offset)
-                image = f.readline().decode('utf-8', 'replace').lstrip('\ufeff').split()[0]
+                image = split_line(f.readline().decode('utf-8', 'replace').lstrip('\ufeff'))[0]
                 key, member = source.split(image)
                 where = source.file_of(key)
                 out.append((path, lineno, image, 'missing from the release: no %s in %s'
