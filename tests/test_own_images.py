@@ -272,7 +272,7 @@ def page_commands():
 def write_user_tree(root):
     """10 classes of 5 tiny JPEGs (the page's --class_num 10), a CSV of 20 labels over them
     (its --class_num 20), two new photos, and a 'published checkpoint' of ResNet-18."""
-    classes = ['class_%d' % k for k in range(10)]
+    classes = ['class %d' % k for k in range(10)]  # spaces in every path
     rows = ['path,labels']
     for k, name in enumerate(classes):
         for i in range(5):
@@ -333,7 +333,7 @@ def test_the_pages_commands_take_a_folder_of_jpegs_to_a_model(tmp_path, monkeypa
             rows = [line.split('\t') for line in out.splitlines()]
             assert rows[0] == ['image', 'rank', 'class', 'score', 'name']
             assert len(rows) == 1 + 2 * 3
-            assert {row[4] for row in rows[1:]} <= {'class_%d' % k for k in range(10)}
+            assert {row[4] for row in rows[1:]} <= {'class %d' % k for k in range(10)}
     assert len(read(tmp_path / 'my_data' / 'val.txt')) == 10  # round(5 x 0.1) = 1 a class
     assert os.listdir(str(tmp_path / 'my_export'))  # a SavedModel version
     train = tf.train.Example.FromString(next(tf.io.tf_record_iterator(
