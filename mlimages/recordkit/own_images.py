@@ -29,10 +29,9 @@ skipped with one line naming it and why -- the kinds, each counted in the summar
   duplicate bytes      the same bytes as a file kept earlier (sha256; the first is kept,
                        in list order: sorted paths, or the CSV's rows)
   unlisted             a file directly in ROOT, outside every class folder
-  unusable name        a tab or line break in the path, or a space at either end: an
-                       image list cannot hold it (spaces inside are fine: lists are
-                       tab-separated)
-                       or a name that is not UTF-8
+  unusable name        a tab or line break in the path, a space at either end, or a name
+                       that is not UTF-8: an image list cannot hold it (spaces inside a
+                       path are fine: a tab ends it, image_lists.py)
   unknown class        a class --class_dict_in does not have
 
 and every class left without an image is named (an "empty class", left out of a written
