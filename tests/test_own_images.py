@@ -313,15 +313,30 @@ def run_page_command(tokens, capsys):
     return status, captured.out, captured.err
 
 
+def test_the_pages_commands_for_images_already_split(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for split, count in (('train', 3), ('val', 1)):
+        for k in range(3):
+            for i in range(count):
+                jpeg(tmp_path / 'photos' / split / ('c%d' % k) / ('%d.jpg' % i), 9 * k + i)
+    for tokens in page_commands()[1:3]:
+        assert tokens[1:3] == ['--image_root', 'photos/' + tokens[2].split('/')[-1]]
+        assert run_page_command(tokens, capsys)[0] == 0
+    assert read(tmp_path / 'my_data' / 'classes.txt') == ['0\tc0', '1\tc1', '2\tc2']
+    assert read(tmp_path / 'my_data' / 'val.txt') == ['c0/0.jpg\t0', 'c1/0.jpg\t1',
+                                                      'c2/0.jpg\t2']
+
+
 @pytest.mark.slow
 def test_the_pages_commands_take_a_folder_of_jpegs_to_a_model(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     write_user_tree(tmp_path)
     commands = page_commands()
     assert [c[0] for c in commands] == (
-        ['tools/make_image_list.py'] + ['tools/make_tfrecords.py'] * 2 + ['train.py'] * 3 +
+        ['tools/make_image_list.py'] * 3 + ['tools/make_tfrecords.py'] * 2 + ['train.py'] * 3 +
         ['tools/predict.py', 'tools/make_image_list.py'] + ['tools/make_tfrecords.py'] * 2 +
         ['train.py'])
+    del commands[1:3]  # the already-split tree's: the test above
     # The folder's way, sections 2-5; the CSV's (section 6) up to its records: its training
     # run is the multi-label one of tests/test_published_checkpoint.py.
     for tokens in commands[:10]:
@@ -349,7 +364,7 @@ def test_the_pages_csv_training_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     write_user_tree(tmp_path)
     commands = page_commands()
-    for tokens in commands[7:]:
+    for tokens in commands[9:]:
         status, _, err = run_page_command(tokens, capsys)
         assert status == 0, (tokens, err[-3000:])
     assert 'new head of 20 classes' in err
