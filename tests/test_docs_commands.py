@@ -200,7 +200,7 @@ def tool_parsers():
     """{program: parse(arguments)} with each tool's own parser, as its main parses."""
     from tools import (benchmark, check_tfrecords, export_onnx, extract_features, graph_size,
                        img2dataset_to_list, predict, ps_placement, urls_to_img2dataset)
-    from mlimages.recordkit import convert_tfrecords, make_options
+    from mlimages.recordkit import convert_tfrecords, make_image_list, make_options
     plain = lambda build: lambda a: build().parse_args(a)
     intermixed = lambda build: lambda a: build().parse_intermixed_args(a)
     return {'benchmark.py': plain(benchmark.build_parser),
@@ -213,7 +213,8 @@ def tool_parsers():
             'ps_placement.py': plain(ps_placement.build_parser),
             'urls_to_img2dataset.py': plain(urls_to_img2dataset.build_parser),
             'convert_tfrecords.py': plain(convert_tfrecords.build_parser),
-            'make_tfrecords.py': intermixed(make_options.build_parser)}
+            'make_tfrecords.py': intermixed(make_options.build_parser),
+            'make_image_list.py': plain(make_image_list.build_parser)}
 
 
 def check(env, script, args):

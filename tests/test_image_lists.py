@@ -84,3 +84,15 @@ def test_read_list_numbers_lines_and_skips_blanks(tmp_path):
     _write(lst, ['a.jpg 1', 'b.jpg 99'])
     with pytest.raises(image_lists.ListFormatError, match=r'l\.txt:2: class index 99'):
         read_list(str(lst), CLASS_NUM)
+
+
+@pytest.mark.parametrize('line,parsed', [
+    ('my cat/a b.jpg\t3\t1:0.5', ('my cat/a b.jpg', {3: 1.0, 1: 0.5})),  # a tab ends the path
+    ('a b.jpg\t', ('a b.jpg', {})),                                    # no labels
+    ('a.jpg\t0:1 2:0.8 3:-1', ('a.jpg', {0: 1.0, 2: 0.8, 3: -1.0})),   # the published kind
+    (' a.jpg \t 4', ('a.jpg', {4: 1.0})),                               # spaces around: not path
+    ('\ta.jpg\t4', ('a.jpg', {4: 1.0})),                                # nothing before the tab
+    ('a.jpg 4 5', ('a.jpg', {4: 1.0, 5: 1.0})),                         # no tab: fields
+    ('\t \n', None)])
+def test_a_path_with_spaces_ends_at_the_first_tab(line, parsed):
+    assert image_lists.parse_sparse(line, CLASS_NUM, '<list>', 1) == parsed

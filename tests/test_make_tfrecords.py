@@ -434,3 +434,44 @@ def test_records_txt_grows_as_shards_finish_so_a_resume_reads_no_shard(images, t
     assert len(summary['shards_skipped']) == 2 and len(summary['shards_written']) == 1
     assert (out / 'train' / 'records.txt').read_text() == \
         '0.tfrecords 1\n1.tfrecords 1\n2.tfrecords 1\n'
+
+
+def test_label_type_single_writes_class_indices_from_any_list(tmp_path, capsys):
+    """--label_type single: one int64 class index a record (train.py --label_type=single);
+    a line naming another number of classes, or a confidence other than 1, is exit 2 with
+    nothing written."""
+    from helpers import run_main
+    _, images = write_images_and_list(str(tmp_path), count=3)
+    good = _write(tmp_path / 'single.txt', ['0.jpg 4', '1.jpg\t2:1', '2.jpg 0'])
+    status, out, err = run_main(mt, capsys, '--image_root', images, '--out_dir',
+                                tmp_path / 'data', '--class_num', 5, '--label_type', 'single',
+                                '--quiet', good)
+    assert status == 0, err
+    examples = _records(tmp_path / 'data' / 'train' / '0.tfrecords')
+    assert [e.features.feature['label'].int64_list.value[:] for e in examples] == \
+        [[4], [2], [0]]
+    for line, got in (('0.jpg 1 2', '1:1 2:1'), ('0.jpg', 'none'),
+                      ('0.jpg 1:0.5', '1:0.5')):
+        bad = _write(tmp_path / 'bad.txt', ['1.jpg 3', line])
+        status, _, err = run_main(mt, capsys, '--image_root', images, '--out_dir',
+                                  tmp_path / 'other', '--class_num', 5, '--label_type',
+                                  'single', '--quiet', bad)
+        assert (status, err) == (2, ['make_tfrecords.py: error: %s:2: --label_type single '
+                                     'needs exactly one class with confidence 1 a line, got %s'
+                                     % (bad, got)])
+    assert not (tmp_path / 'other').exists()
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--label_type', 'single', '--hierarchy', 'h.txt'],
+     '--hierarchy closes multi-label labels: not with --label_type single'),
+    (['--label_type', 'single', '--label_layout', 'sparse'],
+     '--label_layout sparse is a layout of multi-label labels: not with --label_type single'),
+    (['--label_type', 'multi', '--imagenet_train_tar', 't.tar', '--dictionary', 'd.txt'],
+     '--imagenet_train_tar writes single-label records: drop --label_type multi')])
+def test_label_type_combinations_refused(tmp_path, capsys, args, message):
+    from helpers import run_main
+    lists = [] if '--imagenet_train_tar' in args else [str(tmp_path / 'l.txt')]
+    status, _, err = run_main(mt, capsys, '--out_dir', tmp_path / 'out', '--class_num', 5,
+                              *(args + lists))
+    assert (status, err) == (2, ['make_tfrecords.py: error: ' + message])

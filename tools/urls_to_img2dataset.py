@@ -62,7 +62,7 @@ def parse_line(line, source, lineno):
     if not url.startswith(('http://', 'https://')) or len(url.split('/')) < 5:
         raise ListFormatError(source, lineno, 'not an http(s) URL with a path: %r '
                               '(expected <URL><TAB><class>:<confidence> ...)' % url[:200])
-    parse_sparse('x ' + labels, _ANY_CLASS_NUM, source, lineno)  # raises for a bad token
+    parse_sparse('x\t' + labels, _ANY_CLASS_NUM, source, lineno)  # raises for a bad token
     name = original_name(url)
     if not all(url.split('/')[-2:]) or any(c.isspace() for c in name) \
             or name.startswith('.'):

@@ -3,7 +3,10 @@ ML-Images lists):
 
     <path relative to the image root> [<class>:<confidence> | <class>] ...
 
-`<class>` is a 0-based class index and a bare `<class>` means confidence 1.0.
+`<class>` is a 0-based class index and a bare `<class>` means confidence 1.0. In a line
+with a tab the path is the text before the first tab (stripped), so it may hold spaces
+(make_image_list.py writes such lines); without a tab it is the first field. predict.py's
+lists read the path the same way (inference_io.read_list).
 Confidences lie in [-1, 1]: -1 = ignore this class for this image, 0 = not annotated,
 (0, 1] = confidence. Blank lines are skipped; a line with only a path is an image
 without labels (all-zero label). The same class may appear twice on a line only with
@@ -24,11 +27,11 @@ _CONF_RE = re.compile(r'[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z')
 
 def parse_sparse(line, class_num, source, lineno):
     """(path, {class: confidence}) for one list line, or None for a blank line."""
-    fields = line.split()
-    if not fields:
+    path, tokens = split_line(line)
+    if path is None:
         return None
     labels = {}
-    for token in fields[1:]:
+    for token in tokens:
         index_text, sep, conf_text = token.partition(':')
         if not _INDEX_RE.match(index_text) or (sep and not _CONF_RE.match(conf_text)):
             raise ListFormatError(
@@ -51,7 +54,18 @@ def parse_sparse(line, class_num, source, lineno):
                                   'confidences (%g and %g)'
                                   % (index, labels[index], confidence))
         labels[index] = confidence
-    return fields[0], labels
+    return path, labels
+
+
+def split_line(line):
+    """(path, label tokens) of a list line (the module docstring's rule); (None, []) for a
+    blank line."""
+    if '\t' in line:
+        path, rest = line.split('\t', 1)
+        if path.strip():
+            return path.strip(), rest.split()
+    fields = line.split()
+    return (fields[0], fields[1:]) if fields else (None, [])
 
 
 def scan_list(path, class_num, with_offsets=False):

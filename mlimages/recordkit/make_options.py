@@ -10,6 +10,7 @@ from mlimages.recordkit.image_lists import InputError
 PROG = 'make_tfrecords.py'
 SPLITS = ('train', 'val')
 LABEL_LAYOUTS = ('dense', 'sparse')  # records.LABEL_LAYOUTS, named here without TensorFlow
+LABEL_TYPES = ('multi', 'single')  # records.LABEL_TYPES
 
 
 def _one_hot_flag(value):
@@ -109,6 +110,13 @@ def build_parser():
                              'labels under ancestors -- an ancestor that is not annotated '
                              'gets the highest confidence of its annotated descendants, -1 '
                              'stays -1; the report counts the labels added')
+    parser.add_argument('--label_type', choices=LABEL_TYPES, default=None,
+                        help='multi: the label as class_num confidences (--label_layout; '
+                             'the default). single: `label` one int64 class index, the '
+                             'records of train.py --label_type=single; every list line '
+                             'then names exactly one class with confidence 1 (`<path> '
+                             '<class>`, as make_image_list.py writes a folder per class). '
+                             'The --imagenet_*_tar records are single')
     parser.add_argument('--overwrite', action='store_true',
                         help='rewrite shards that already exist (default: skip them, so '
                              'an interrupted run can be resumed)')
@@ -116,8 +124,9 @@ def build_parser():
                         help='no progress line or per-shard notes on stderr')
     parser.add_argument('-one', '--one_hot', type=_one_hot_flag, default=True,
                         metavar='TRUE',
-                        help='accepted for compatibility with the original; labels are '
-                             'always float32 vectors, so only true is allowed')
+                        help='accepted for compatibility with the original, whose labels '
+                             'were float32 vectors: only true is allowed (class-index '
+                             'labels: --label_type single)')
     return parser
 
 
@@ -127,6 +136,13 @@ def archive_flag_problem(args):
     given = ['--' + f for f in ['image_tars'] + imagenet if getattr(args, f)]
     if len(given) > 1:
         return 'give one of %s, not both' % ' and '.join(given)
+    if args.label_type == 'single' and args.hierarchy:
+        return '--hierarchy closes multi-label labels: not with --label_type single'
+    if args.label_type == 'single' and args.label_layout == 'sparse':
+        return '--label_layout sparse is a layout of multi-label labels: not with ' \
+            '--label_type single'
+    if imagenet and args.label_type == 'multi':
+        return '--%s writes single-label records: drop --label_type multi' % imagenet[0]
     if args.val_labels and not args.imagenet_val_tar:
         return '--val_labels goes with --imagenet_val_tar'
     if imagenet:

@@ -39,7 +39,9 @@ count added to records.txt at once; a rerun skips finished shards (shards.py).
 ImageNet's tar archives are read in place (archives.py): --image_tars DIR for the
 per-synset tars of the 21k releases, with a list as usual; --imagenet_train_tar and
 --imagenet_val_tar for ILSVRC2012, whose lists imagenet.py writes, with single-label
-records (`label` one int64 class index, records.make_class_index_example).
+records (`label` one int64 class index, records.make_class_index_example); --label_type
+single writes them from any list whose every line names one class (make_image_list.py's
+of a folder per class).
 
 --hierarchy FILE (dictionary_and_semantic_hierarchy.txt) closes each image's labels under
 ancestors before they are written (hierarchy.close: an ancestor a with y_a == 0 gets
@@ -216,8 +218,9 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
       (images.downscale); 0 keeps every image as it is.
     source: an archives.Source: the images are read from tar archives instead of
       image_root (None); list paths missing from them are reported, not errors.
-    single_label: write `label` as one int64 class index (every line names one class),
-      the records of --label_type=single.
+    single_label: write `label` as one int64 class index, the records of
+      --label_type=single; every line must name exactly one class with confidence 1
+      (ListFormatError otherwise).
 
     Every list is validated before anything is written. Raises InputError or
     ListFormatError for bad input (nothing is created then) and AllImagesSkippedError
@@ -274,7 +277,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
 
     # Validate everything first: a bad line in the last list must not cost a
     # half-written output tree. The plan (shard_plan.py) is made in the same pass.
-    plans, by_key = shard_plan.scan(list_files, class_num, source)
+    plans, by_key = shard_plan.scan(list_files, class_num, source, single_label)
     if sum(len(p) for p in plans) == 0:
         raise InputError('no images listed in %s' % ', '.join(list_files))
 
@@ -462,7 +465,8 @@ def main(argv=None):
             jpeg_quality=args.jpeg_quality, overwrite=args.overwrite,
             progress=not args.quiet, label_layout=args.label_layout,
             hierarchy=hierarchy, short_side=args.short_side, source=source,
-            single_label=bool(args.imagenet_train_tar or args.imagenet_val_tar))
+            single_label=bool(args.label_type == 'single' or args.imagenet_train_tar
+                              or args.imagenet_val_tar))
     except AllImagesSkippedError as exc:
         _print_summary(exc.summary, hierarchy)
         _error(exc)

@@ -17,19 +17,26 @@ import os
 import numpy as np
 
 from mlimages.recordkit import archives
-from mlimages.recordkit.image_lists import parse_raw_line, scan_list
+from mlimages.errors import ListFormatError
+from mlimages.recordkit.image_lists import parse_raw_line, scan_list, split_line
 
 PLAN_DTYPE = np.dtype([('offset', '<i8'), ('lineno', '<i8'), ('data', '<i8'),
                        ('size', '<i8')])
 
 
-def scan(list_files, class_num, source=None):
-    """Validate every list; returns one PLAN_DTYPE array per list (data/size -1) and,
-    with a source, {archive key: array of (list number, position)} to resolve."""
+def scan(list_files, class_num, source=None, single_label=False):
+    """Validate every list (single_label: every line one class, confidence 1); returns one
+    PLAN_DTYPE array per list (data/size -1) and, with a source, {archive key: array of
+    (list number, position)} to resolve."""
     plans, by_key = [], {}
     for number, path in enumerate(list_files):
         offsets, linenos = array.array('q'), array.array('q')
-        for offset, lineno, image, _ in scan_list(path, class_num, with_offsets=True):
+        for offset, lineno, image, labels in scan_list(path, class_num, with_offsets=True):
+            if single_label and list(labels.values()) != [1.0]:
+                raise ListFormatError(path, lineno, '--label_type single needs exactly one '
+                                      'class with confidence 1 a line, got %s'
+                                      % (' '.join('%d:%g' % kv for kv in sorted(labels.items()))
+                                         or 'none'))
             if source is not None:
                 key = source.split(image)[0]
                 by_key.setdefault(key, array.array('q')).extend((number, len(offsets)))
@@ -65,7 +72,7 @@ def resolve(plans, by_key, list_files, source, out_dir, run_tasks, note=None):
             for number, position in pairs.tolist():
                 plan, f = plans[number], handles[number]
                 f.seek(int(plan['offset'][position]))
-                image = f.readline().decode('utf-8', 'replace').lstrip('\ufeff').split()[0]
+                image = split_line(f.readline().decode('utf-8', 'replace').lstrip('\ufeff'))[0]
                 place = index.get(source.split(image)[1])
                 if place is None:
                     missing += 1
@@ -107,7 +114,7 @@ def missing_entries(plans, list_files, source):
         with open(path, 'rb') as f:
             for offset, lineno in zip(gone['offset'].tolist(), gone['lineno'].tolist()):
                 f.seek(offset)
-                image = f.readline().decode('utf-8', 'replace').lstrip('\ufeff').split()[0]
+                image = split_line(f.readline().decode('utf-8', 'replace').lstrip('\ufeff'))[0]
                 key, member = source.split(image)
                 where = source.file_of(key)
                 out.append((path, lineno, image, 'missing from the release: no %s in %s'
