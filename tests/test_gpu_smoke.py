@@ -60,7 +60,8 @@ def test_cpu_dry_run_writes_the_report(tmp_path):
     assert path == str(tmp_path / 'report.md')
     report = open(path).read()
     assert re.search(r"build info: \{.*'cuda_version'", report), report
-    assert 'TF sees 0 GPU(s)' in report and '**CPU dry run** (DRY_RUN=1)' in report
+    assert re.search(r'\nPython 3[.0-9]+, TensorFlow 2[.0-9]+\n', report), report
+    assert '**CPU dry run** (DRY_RUN=1)' in report
     rows = table_rows(report)
     # What each run saw: this process's devices, GPUs, replicas, global batch, speed.
     assert re.match(r'ResNet-18 \(32 px, CPU\) fp32 NHWC synthetic - unset 0 1 2 [0-9.]+ ok$',

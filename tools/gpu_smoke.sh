@@ -121,6 +121,7 @@ first_step_seconds() {
 # mode: single (train.py) or processes (the launcher; the chief's lines).
 saw() {
     local log="$1" mode="$2" visible global speed view
+    if [ ! -f "$log" ]; then echo ' |  |  |  | '; return; fi   # a skipped run
     if [ "$mode" = processes ]; then
         visible="$(field "$log" 'CUDA_VISIBLE_DEVICES\): (.*)$' | sed -E 's/, /,/g; s/ /=/g')"
         view="$OUT/runs/.chief"
@@ -151,41 +152,50 @@ row_flags() {
         --model_dir="$OUT/runs/$7/model" --log_dir="$OUT/runs/$7/log"
 }
 
-environment() {
-    local smi probe
-    say '# gpu_smoke.sh report' '' "$(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -srm), checkout $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')" ''
-    say '## Environment' '' '```'
-    if command -v nvidia-smi > /dev/null 2>&1; then
-        smi="$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1)"
-        say "$smi"
-        if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -gt 1 ]; then say '' "$(nvidia-smi topo -m 2>&1)"; fi
-        GPU_MEMORY_GB="${GPU_MEMORY_GB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | awk '{ printf "%.0f", $1 / 1024 }')}"
-    else
-        say 'nvidia-smi: not found (no NVIDIA driver)'
-    fi
-    # TensorFlow's build and the GPUs it sees; no compile cache, so the cold run is cold.
-    probe='import os, platform
-import tensorflow.compat.v1 as tf
-print("Python %s, TensorFlow %s" % (platform.python_version(), tf.version.VERSION))
-print("build info: %s" % dict(tf.sysconfig.get_build_info()))
+# TensorFlow's build info (the dict tf.sysconfig.get_build_info() returns, read from its
+# file without starting TensorFlow), versions and cores.
+BUILD_PROBE='import importlib.metadata, importlib.util, os, platform, runpy
+path = os.path.join(os.path.dirname(importlib.util.find_spec("tensorflow").origin),
+                    "python", "platform", "build_info.py")
+print("Python %s, TensorFlow %s" % (platform.python_version(),
+                                    importlib.metadata.version("tensorflow")))
+print("build info: %s" % dict(runpy.run_path(path)["build_info"]))
+print("cores: %d, this process may use %d" % (os.cpu_count(), len(os.sched_getaffinity(0))))'
+# The GPUs TensorFlow sees, with their compute capability.
+GPU_PROBE='import tensorflow.compat.v1 as tf
 gpus = tf.config.list_physical_devices("GPU")
 for gpu in gpus:
     details = tf.config.experimental.get_device_details(gpu)
     print("TF sees %s: %s, compute capability %s" % (gpu.name, details.get("device_name"),
           ".".join(map(str, details.get("compute_capability", ("?",))))))
-print("TF sees %d GPU(s)" % len(gpus))
-print("cores: %d, this process may use %d" % (os.cpu_count(), len(os.sched_getaffinity(0))))'
-    CUDA_CACHE_DISABLE=1 TF_CPP_MIN_LOG_LEVEL=0 timeout 300 "$PYTHON" -c "$probe" > "$OUT/runs/probe.log" 2>&1
-    say "$(grep -E '^(Python|build info|TF sees|cores)' "$OUT/runs/probe.log")"
-    tf_gpus="$(field "$OUT/runs/probe.log" '^TF sees ([0-9]+) GPU')"
+print("TF sees %d GPU(s)" % len(gpus))'
+
+environment() {
+    local probe_log="$OUT/runs/probe.log" warnings
+    say '# gpu_smoke.sh report' '' "$(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -srm), checkout $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')" ''
+    say '## Environment' '' '```'
+    "$PYTHON" -c "$BUILD_PROBE" > "$probe_log" 2>&1
+    tf_gpus='?'
+    if command -v nvidia-smi > /dev/null 2>&1; then
+        say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1)"
+        if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -gt 1 ]; then say '' "$(nvidia-smi topo -m 2>&1)"; fi
+        GPU_MEMORY_GB="${GPU_MEMORY_GB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | awk '{ printf "%.0f", $1 / 1024 }')}"
+        # No compile cache here, so that the cold run is cold; TF's own log lines.
+        [ "$DRY_RUN" = 1 ] || CUDA_CACHE_DISABLE=1 TF_CPP_MIN_LOG_LEVEL=0 timeout 300 "$PYTHON" -c "$GPU_PROBE" >> "$probe_log" 2>&1
+        tf_gpus="$(field "$probe_log" '^TF sees ([0-9]+) GPU')"
+    else
+        say 'nvidia-smi: not found (no NVIDIA driver)'
+    fi
+    say "$(grep -E '^(Python|build info|TF sees|cores)' "$probe_log")"
     say "/dev/shm: $(df -h /dev/shm 2>/dev/null | awk 'NR == 2 { print $2 " (" $4 " free)" }')"
     say 'environment:' "$(env | grep -E '^(CUDA|TF|NCCL)_' | sort)" '```' ''
-    say "TensorFlow's own warnings and errors at start (runs/probe.log):" '```'
-    say "$(grep -E '^[0-9-]+ [0-9:.]+: [WE] ' "$OUT/runs/probe.log" | cut -c1-240 | head -12)" '```' ''
+    warnings="$(grep -E '^[0-9-]+ [0-9:.]+: [WE] ' "$probe_log" | cut -c1-240 | head -12)"
+    [ "$tf_gpus" != '?' ] || warnings='(TensorFlow not asked: no GPU to find)'
+    say "TensorFlow's own warnings and errors as it found the GPUs (runs/probe.log):" '```' "${warnings:-none}" '```' ''
     if [ "$DRY_RUN" = 1 ]; then dry='DRY_RUN=1'
     elif ! command -v nvidia-smi > /dev/null 2>&1; then dry='no nvidia-smi'
     elif [ "$tf_gpus" != "?" ] && [ "$tf_gpus" -gt 0 ]; then dry=''
-    else dry="TensorFlow sees no GPU (tensorflow[and-cuda] installed? the probe's log above)"
+    else dry="TensorFlow sees no GPU (tensorflow[and-cuda] installed? runs/probe.log)"
     fi
     if [ -n "$dry" ]; then say "**CPU dry run** ($dry): every GPU row is skipped; tiny CPU rows run instead." ''; fi
 }
@@ -196,13 +206,14 @@ start_section() {
     say "The same run (ResNet-50, fp16, NHWC, synthetic, batch $BATCH_SIZE, 1 step) twice. CUDA_CACHE_PATH=$OUT/cuda_cache" \
         '(CUDA_CACHE_MAXSIZE=4 GiB) was empty before the cold run: a GPU without machine code in TF'"'"'s build (Ampere, Hopper) JIT-compiles its PTX into it; the warm run reads it (and the OS file cache is warm too).' '' \
         '| run | time to the first step (s) | wall (s) | compile cache after | status |' '| --- | --- | --- | --- | --- |'
+    rm -rf "$OUT/cuda_cache"   # an OUT used before: cold again
     for which in cold warm; do
         name="start_$which"
         if [ -n "$dry" ]; then say "| $which | | | | skipped (no GPU) |"; continue; fi
         mapfile -t flags < <(row_flags 50 fp16 NHWC synthetic - 1 "$name")
         run "$name" 1 "$PYTHON" "$here/train.py" "${flags[@]}" --visiable_gpu=0
         first='?'; [ "$run_status" = ok ] && first="$(first_step_seconds "$run_log" "$run_spawn")"
-        say "| $which | $first | $run_wall | $(du -sk "$OUT/cuda_cache" 2>/dev/null | awk '{ printf "%.1f MB", $1 / 1024 }') | $run_status |"
+        say "| $which | $first | $run_wall | $({ du -sk "$OUT/cuda_cache" 2>/dev/null || echo 0; } | awk '{ printf "%.1f MB", $1 / 1024 }') | $run_status |"
         rm -rf "$OUT/runs/$name/model"
     done
     say ''
@@ -230,7 +241,8 @@ memory_section() {
     sampler=$!
     run memory 5 "$PYTHON" "$here/train.py" "${flags[@]}" --visiable_gpu=0
     kill "$sampler" 2> /dev/null; wait "$sampler" 2> /dev/null
-    estimate="$(grep -m1 -i 'memory estimate' "$run_log" | sed -E 's/^.*\] //')"
+    estimate="$(grep -m1 -i 'memory estimate' "$run_log" 2> /dev/null | sed -E 's/^.*\] //')"
+    [ -f "$run_log" ] || : > "$samples"   # skipped: nothing measured
     peak="$(awk -F', *' '$2 + 0 > m { m = $2 + 0; g = $1 } END { if (g != "") printf "%d MiB on GPU %s", m, g; else print "not available" }' "$samples")"
     say "ResNet-101, 11,166 classes, fp32, --data_format=auto, batch $batch, 5 steps: $run_status" \
         "peak memory.used (nvidia-smi every 0.5 s): $peak; before the run: $(awk -F', *' '{ printf "%sGPU %s %s MiB", (NR > 1 ? ", " : ""), $1, $2 }' "$samples.before")" \
@@ -241,9 +253,10 @@ memory_section() {
 # NCCL's transports in a log (NCCL_DEBUG=INFO): "count x transport" of its "via" lines.
 transports() {
     local found
+    [ -f "$1" ] || { echo 'not run'; return; }
     found="$(grep -E 'NCCL INFO' "$1" | grep -oE ' via [A-Za-z0-9/_]+' | sed 's/ via //' | sort | uniq -c |
              awk '{ printf "%s%d x %s", (NR > 1 ? ", " : ""), $1, $2 }')"
-    echo "$(field "$1" '(NCCL version [0-9.a-z+]+)') ${found:-no NCCL transport line}"
+    echo "$(grep -m1 -oE 'NCCL version [0-9.a-z+]+' "$1" || echo 'no NCCL version line'), ${found:-no NCCL transport line}"
 }
 
 nccl_section() {
@@ -318,8 +331,9 @@ speed_section() {
             say "| $name | ResNet-$resnet | $dtype | $layout | $data | $augment | | | | | | skipped (no GPU) |"
             continue
         fi
-        if [ "$data" = real ] && [ -z "$real_dir" ]; then real_records; fi
-        if [ "$data" = real ] && [ -z "$real_dir" ]; then
+        # (past the budget, run below marks the row skipped)
+        if [ "$data" = real ] && [ -z "$real_dir" ] && [ "$(time_left)" -ge 30 ]; then real_records; fi
+        if [ "$data" = real ] && [ -z "$real_dir" ] && [ "$(time_left)" -ge 30 ]; then
             say "| $name | ResNet-$resnet | $dtype | $layout | $data | $augment | | | | | | skipped (no records: runs/demo_records.log) |"
             continue
         fi
@@ -344,11 +358,13 @@ amp_section() {
     say '## AMP: nodes converted to float16' ''
     if [ -n "$dry" ]; then say 'skipped (no GPU: TensorFlow rewrites fp16 graphs only on a GPU)' ''; return; fi
     say "TF's auto_mixed_precision pass, from each fp16 run's log (TF_CPP_MIN_LOG_LEVEL=0): the training graph's line, and the passes logged." ''
+    [ -n "$(ls "$OUT"/runs/*fp16*.log "$OUT"/runs/start_*.log 2>/dev/null)" ] || say '- no fp16 run ran'
     for log in "$OUT"/runs/*fp16*.log "$OUT"/runs/start_*.log "$OUT"/runs/processes.log "$OUT"/runs/mirrored.log; do
         [ -f "$log" ] || continue
         line="$(grep -oE 'Converted [0-9]+/[0-9]+ nodes to float16 precision using [0-9]+ cast\(s\) to float16' "$log" |
                 sort -t/ -k2 -n | tail -1)"
-        [ -n "$line" ] || line="no line: $(grep -m1 -iE 'auto_mixed_precision|mixed precision' "$log" | cut -c1-200)"
+        # else TF's reason, e.g. "No (suitable) GPUs detected, skipping auto_mixed_precision ..."
+        [ -n "$line" ] || line="no line; $(grep -m1 'auto_mixed_precision\.cc' "$log" | sed -E 's/^.*\] //' | cut -c1-160)"
         say "- $(basename "$log" .log): $line ($(grep -c 'Converted [0-9]*/[0-9]* nodes' "$log") pass(es))"
     done
     say ''
