@@ -37,7 +37,8 @@ def smoke_line(tmp_path, **settings):
 def test_one_cpu_run_prints_what_it_saw(tmp_path):
     line = smoke_line(tmp_path, NUM_GPUS='1', VISIABLE_GPU='-1')
     assert re.match(r'gpus=1 mode=mirrored dtype=fp32  cuda_visible=none  sees=0  replicas=1  '
-                    r'global_batch=2  images/s=[0-9.]+  status=ok$', line[0]), line[0]
+                    r'global_batch=2  images/s=[0-9.]+  estimate=[0-9.]+GB  gpu_used=\?  '
+                    r'status=ok$', line[0]), line[0]
     assert os.path.isfile(os.path.join(str(tmp_path), 'gpus1_mirrored_fp32.log'))
 
 
@@ -48,7 +49,8 @@ def test_one_process_a_gpu_runs_as_a_collective_job_on_cpus(tmp_path):
     # Each task got its own GPU, saw none here, trained one replica; the job's global
     # batch is both tasks' (2 x 2).
     assert re.match(r'gpus=2 mode=processes dtype=fp32  cuda_visible=chief:0=0,worker:0=1  '
-                    r'sees=0  replicas=1  global_batch=4  images/s=[0-9.]+  status=ok$',
+                    r'sees=0  replicas=1  global_batch=4  images/s=[0-9.]+  estimate=[0-9.]+GB  '
+                    r'gpu_used=\?  status=ok$',
                     line[0]), line[0]
     log = open(os.path.join(str(tmp_path), 'gpus2_processes_fp32.log')).read()
     assert 'implementation = CommunicationImplementation.RING' in log

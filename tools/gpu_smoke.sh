@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU smoke test: 3 training steps of train.py on synthetic data for each GPU count, mode
 # and dtype, then one line per run with the devices, replicas, global batch and speed it
-# saw (docs/gpu.md, "Smoke test on a GPU box", says how to read them). Two modes for N > 1
+# saw, with the memory estimate of a replica and the most a GPU used (docs/gpu.md, "Smoke
+# test on a GPU box", says how to read them). Two modes for N > 1
 # GPUs: mirrored = one process, MirroredStrategy over the N GPUs (--num_gpus=N);
 # processes = one process a GPU, a local collective job (tools/launch_local_cluster.py
 # --workers N --distribution collective, NCCL between them). A few minutes on a GPU box;
@@ -52,6 +53,15 @@ for gpus in $NUM_GPUS; do
                --image_size="$IMAGE_SIZE" --batch_size="$BATCH_SIZE" --dtype="$dtype"
                --max_iter=3 --log_interval=1 --snapshot=1000
                --model_dir="$run/model" --log_dir="$run/log")
+        # The GPUs' memory in use every 200 ms (MiB): every session grows its memory on
+        # demand, so the busiest GPU's largest figure is its allocator's peak + the CUDA
+        # context, to hold against the estimate + margin (docs/gpu.md, "Memory").
+        sampler=
+        if command -v nvidia-smi > /dev/null 2>&1; then
+            nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
+                > "$run.gpu_memory" 2> /dev/null &
+            sampler=$!
+        fi
         if [ "$mode" = processes ]; then
             "$PYTHON" "$here/tools/launch_local_cluster.py" --workers "$gpus" \
                 --distribution collective --gpus_per_task 1 --restarts 0 --timeout 1200 \
@@ -61,6 +71,12 @@ for gpus in $NUM_GPUS; do
                 --visiable_gpu="$VISIABLE_GPU" > "$run.log" 2>&1
         fi
         code=$?
+        if [ -n "$sampler" ]; then
+            kill "$sampler" 2> /dev/null
+            wait "$sampler" 2> /dev/null
+        fi
+        used="$(sort -n "$run.gpu_memory" 2> /dev/null | tail -1)"
+        used="$(awk -v m="${used:-}" 'BEGIN { if (m == "") print "?"; else printf "%.1fGB", m * 1048576 / 1e9 }')"
         if [ "$code" -eq 0 ] && grep -q 'step 3: ' "$run.log"; then
             result=ok
         else
@@ -89,7 +105,9 @@ for gpus in $NUM_GPUS; do
         echo "gpus=$gpus mode=$mode dtype=$dtype  cuda_visible=$visible" \
             " sees=$(field "$log" 'this process sees ([0-9]+) GPU')" \
             " replicas=$(field "$log" '; ([0-9]+) devices?')" \
-            " global_batch=$global  images/s=$speed  status=$result"
+            " global_batch=$global  images/s=$speed" \
+            " estimate=$(field "$log" ': ([0-9.]+ GB) a replica' | tr -d ' ')  gpu_used=$used" \
+            " status=$result"
         [ "$mode" = processes ] && rm -f "$log"
     done
   done
