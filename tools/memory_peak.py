@@ -43,8 +43,8 @@ def build_parser():
     parser.add_argument('--dtype', default='fp32', choices=('fp32', 'bf16'),
                         help='fp16\'s rewrite runs only on a GPU: not measurable here')
     parser.add_argument('--fit', nargs='*', metavar='FILE',
-                        help='fit PARAM_BYTES and ACTIVATION_FACTOR to the points of these files (the '
-                             'JSON lines of --measure) and of this run')
+                        help='fit PARAM_BYTES and ACTIVATION_FACTOR to the points of these '
+                             'files (the JSON lines of --measure) and of this run')
     return parser
 
 
