@@ -311,11 +311,11 @@ def train(opts, settings=None, extra_hooks=()):
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
                  else None)
     warm_start = pretrained_variables(opts, layout)
-    # Before anything is written: a replica that cannot fit its GPU is a usage error.
-    memory_line, memory_warning = memory.preflight(
-        opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size, opts.dtype,
-        memory.gpu_memory(devices.gpu_count() > 0), opts.memory_check) if plan.trains \
-        else (None, None)
+    memory_line = memory_warning = None
+    if plan.trains:  # before anything is written: a replica that cannot fit is a usage error
+        memory_line, memory_warning = memory.preflight(
+            opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size, opts.dtype,
+            memory.gpu_memory(devices.gpu_count() > 0), opts.memory_check)
     chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
     run_dirs.check_directory(opts.log_dir, 'log_dir')
     if chief:  # one trainer a model directory; evaluators and other tasks only read it
