@@ -273,6 +273,14 @@ _string(G, 'tf_gpu_thread_mode', 'auto',
 _int(G, 'inter_op_threads', 0, 'Threads running independent ops at once (0 = '
      'TensorFlow\'s choice, or the gpu_private plan).')
 _int(G, 'intra_op_threads', 0, 'Threads inside one op (0 = TensorFlow\'s choice).')
+_bool(G, 'memory_check', True,
+      'Before the first step, compare the estimate of the GPU memory one replica needs '
+      '(mlimages/model/memory.py: --resnet_size, --class_num, --batch_size, --image_size, '
+      '--dtype) with the smallest GPU the process sees (the CUDA driver\'s figure, or the '
+      'environment variable MLIMAGES_GPU_MEMORY_GB): when the estimate alone exceeds it, '
+      'stop (exit 2) naming a --batch_size that fits; when only the margin for what a GPU '
+      'adds (CUDA context, cuDNN workspace, fragmentation) does not fit, warn. '
+      '--nomemory_check: warn and train anyway (an estimate is not a measurement).')
 
 G = 'Evaluation'
 _int(G, 'test_interval', 0, '--mode=train_and_eval: steps between evaluations (> 0).')

@@ -199,7 +199,8 @@ def check_plan_run(args):
 def tool_parsers():
     """{program: parse(arguments)} with each tool's own parser, as its main parses."""
     from tools import (benchmark, check_tfrecords, export_onnx, extract_features, graph_size,
-                       img2dataset_to_list, predict, ps_placement, urls_to_img2dataset)
+                       img2dataset_to_list, memory_peak, predict, ps_placement,
+                       urls_to_img2dataset)
     from mlimages.recordkit import convert_tfrecords, make_image_list, make_options
     plain = lambda build: lambda a: build().parse_args(a)
     intermixed = lambda build: lambda a: build().parse_intermixed_args(a)
@@ -209,6 +210,7 @@ def tool_parsers():
             'extract_features.py': intermixed(extract_features.build_parser),
             'graph_size.py': plain(graph_size.build_parser),
             'img2dataset_to_list.py': plain(img2dataset_to_list.build_parser),
+            'memory_peak.py': plain(memory_peak.build_parser),
             'predict.py': intermixed(predict.build_parser),
             'ps_placement.py': plain(ps_placement.build_parser),
             'urls_to_img2dataset.py': plain(urls_to_img2dataset.build_parser),

@@ -14,6 +14,7 @@ from PIL import Image
 import flags as flags_lib
 import references
 from helpers import ROOT, run_main
+from mlimages.model import memory
 from mlimages.run import model_fn, run_plan
 from tools import plan_run
 
@@ -35,7 +36,7 @@ def test_every_recipe_plans(recipe, capsys, tmp_path, monkeypatch):
     images = IMAGENET if imagenet else ML_IMAGES
     png = str(tmp_path / 'lr.png')
     lines, out = plan(capsys, '--flagfile=' + os.path.relpath(recipe, ROOT), '--train_images',
-                      images, '--hours', 90, '--lr_png', png)
+                      images, '--hours', 90, '--lr_png', png, '--gpu_memory', 16)
     machines, gpus = map(int, re.search(r'(\d)x(\d)\.flags$', recipe).groups())
     with open(recipe) as f:
         per_gpu = int(re.search(r'^--batch_size=(\d+)$', f.read(), re.M).group(1))
@@ -60,6 +61,13 @@ def test_every_recipe_plans(recipe, capsys, tmp_path, monkeypatch):
                                              0.01 * batch / 4096 * 1.297 ** 7,
                                              0.08 * batch / 4096))
         assert lines['decay'].count('; step ') == 2 and '(epoch 25.59)' in lines['decay']
+    classes = 1000 if imagenet else 11166
+    verdict, fits = memory.fit(101, classes, per_gpu, 224, 'fp32', 16 * memory.GB)
+    assert lines['memory'] == ('%s (mlimages/model/memory.py); a GPU of 16 GB: %s (margin '
+                               '1.3 GB for what a GPU adds), the largest --batch_size that '
+                               'fits %d' % (memory.describe(101, classes, per_gpu, 224, 'fp32'),
+                                            {'fits': 'fits', 'exceeds': 'does not fit'}[verdict],
+                                            fits))
     needed = max_iter * batch / (90 * 3600.0)
     assert 'wall time 90 h needs %.0f images/s (%.1f a GPU)' % (
         needed, needed / (machines * gpus)) in out.splitlines()

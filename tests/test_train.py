@@ -10,6 +10,7 @@ import tensorflow.compat.v1 as tf
 
 import flags as flags_lib
 import train
+from mlimages.model import memory
 from helpers import CLASSES, ROOT, checkpoint_values, options, run_train, scalar_tags, \
     small_run_flags
 
@@ -169,8 +170,12 @@ SYNTHETIC_CLASSES = 7
 
 @pytest.mark.slow
 def test_xla_and_synthetic_data_flags_train_with_train_py(tmp_path):
+    """Also memory's line before the first step, and its warning for a GPU (of the
+    environment) that holds the estimate but not the margin."""
+    gpu_gb = memory.estimate(18, SYNTHETIC_CLASSES, 2, 32) / memory.GB + 0.1
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
-               TF_XLA_FLAGS='--tf_xla_cpu_global_jit')
+               TF_XLA_FLAGS='--tf_xla_cpu_global_jit',
+               **{memory.GPU_MEMORY_ENV: '%.3f' % gpu_gb})
     model_dir = str(tmp_path / 'model')
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, 'train.py'), '--use_synthetic_data', '--xla',
@@ -183,6 +188,9 @@ def test_xla_and_synthetic_data_flags_train_with_train_py(tmp_path):
     assert 'XLA on' in result.stderr and 'synthetic data' in result.stderr
     assert 'step 2: cross_entropy' in result.stderr
     assert tf.train.latest_checkpoint(model_dir).endswith('model.ckpt-2')
+    line, warning = memory.preflight(18, SYNTHETIC_CLASSES, 2, 32, 'fp32', gpu_gb * memory.GB)
+    assert result.stderr.index(line) < result.stderr.index(warning) < \
+        result.stderr.index('step 1: ')
 
 
 @pytest.mark.parametrize('name,value', [('augment_on', 'gpu'), ('dtype', 'fp64'),

@@ -13,6 +13,9 @@ imply for the job, from the same code the run uses.
                   one Momentum slot a trained variable, the loss counters (2 x class_num,
                   multi-label) and the int64 step
     wall time     B x max_iter images at a given images/s, or the images/s a wall time needs
+    memory        the GPU memory a replica needs (memory.estimate); with a GPU's memory,
+                  whether it fits with the margin of what a GPU adds, and the largest
+                  --batch_size that does
     warnings      train.py's start: lr_rule's, on the free disk of --model_dir
 """
 import math
@@ -26,7 +29,7 @@ import file_db
 import resnet
 from mlimages.distributed import cluster_flags, devices, distribute
 from mlimages.errors import UsageError
-from mlimages.model import lr_schedule
+from mlimages.model import lr_schedule, memory
 from mlimages.run import lr_rule
 
 GiB = 1024.0 ** 3
@@ -107,8 +110,24 @@ def checkpoint_saves(opts):
     return 1 + opts.max_iter // opts.snapshot + (1 if opts.max_iter % opts.snapshot else 0)
 
 
-def plan_lines(opts, plan, gpus, images, hours=None, images_per_sec=None):
-    """The plan as text lines (train.py's Options opts, job() -> plan, gpus)."""
+def memory_line(opts, gpu_gb=None):
+    """The memory line: the estimate of a replica; with gpu_gb (a GPU's memory in GB)
+    whether it fits and the largest --batch_size that does."""
+    args = (opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size, opts.dtype)
+    line = 'memory: %s (mlimages/model/memory.py)' % memory.describe(*args)
+    if not gpu_gb:
+        return line
+    gpu_bytes = gpu_gb * memory.GB
+    verdict, batch = memory.fit(*(args + (gpu_bytes,)))
+    return line + '; a GPU of %g GB: %s (margin %.1f GB for what a GPU adds), the largest ' \
+        '--batch_size that fits %d' % (gpu_gb, {
+            'fits': 'fits', 'margin': 'fits only without the margin',
+            'exceeds': 'does not fit'}[verdict], memory.margin(gpu_bytes) / memory.GB, batch)
+
+
+def plan_lines(opts, plan, gpus, images, hours=None, images_per_sec=None, gpu_gb=None):
+    """The plan as text lines (train.py's Options opts, job() -> plan, gpus; gpu_gb: a
+    GPU's memory in GB for the memory line)."""
     if opts.max_iter <= 0:
         raise UsageError('--max_iter=%d: a run without an end has no plan' % opts.max_iter)
     batch = plan.images_per_global_step
@@ -149,6 +168,7 @@ def plan_lines(opts, plan, gpus, images, hours=None, images_per_sec=None):
                  'at the end (+ a graph .meta each)' % (
                      '{:,}'.format(opts.snapshot), epochs(opts.snapshot), saves, kept, size / GiB,
                      opts.resnet_size, opts.class_num, kept * size / GiB))
+    lines.append(memory_line(opts, gpu_gb))
     total = opts.max_iter * batch
     if hours:
         needed = total / (hours * 3600.0)

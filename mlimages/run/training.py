@@ -30,6 +30,7 @@ import file_db
 from mlimages.data import hierarchy
 from mlimages.run import hooks
 from mlimages.data import input_pipeline
+from mlimages.model import memory
 from mlimages.run import model_fn
 from mlimages.run import preemption
 from mlimages.data import records
@@ -313,6 +314,11 @@ def train(opts, settings=None, extra_hooks=()):
     val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
                  else None)
     warm_start = pretrained_variables(opts, layout)
+    memory_line = memory_warning = None
+    if plan.trains:  # before anything is written: a replica that cannot fit is a usage error
+        memory_line, memory_warning = memory.preflight(
+            opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size, opts.dtype,
+            memory.gpu_memory(devices.gpu_count() > 0), opts.memory_check)
     chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
     run_dirs.check_directory(opts.log_dir, 'log_dir')
     if chief:  # one trainer a model directory; evaluators and other tasks only read it
@@ -355,6 +361,10 @@ def train(opts, settings=None, extra_hooks=()):
                     opts.dtype, 'on' if opts.xla else 'off',
                     ', synthetic data (no file is read)' if opts.use_synthetic_data else '',
                     ', deterministic (seed %d)' % opts.random_seed if opts.deterministic else '')
+    if memory_line:
+        tf.logging.info('%s', memory_line)
+    if memory_warning:
+        tf.logging.warning('%s', memory_warning)
     if opts.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', opts.lr)
