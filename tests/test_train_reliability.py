@@ -14,6 +14,7 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 from mlimages.data import records
+from mlimages.model import memory
 from helpers import (CLASSES, ENV, ROOT, run_program, run_train, small_run_flags,
                      write_dataset)
 
@@ -87,7 +88,8 @@ def test_out_of_memory_stops_naming_the_batch_size_and_keeps_the_last_checkpoint
     assert result.stderr.strip().splitlines()[-1] == (
         'train.py: error: out of memory on CPU:0 at step 2 (OOM when allocating tensor with '
         'shape[1048576,4096,4096,3] and type float): lower --batch_size (2 images a replica '
-        'now); the last checkpoint model.ckpt-1 is kept')
+        'now); %s; the last checkpoint model.ckpt-1 is kept'
+        % memory.oom_note(18, 5, 2, 32, 'fp32'))
     assert latest_step(model_dir) == 1
 
 

@@ -197,7 +197,7 @@ environment() {
             say '' "$(nvidia-smi topo -m 2>&1)"
         fi
         GPU_MEMORY_GB="${GPU_MEMORY_GB:-$(nvidia-smi --query-gpu=memory.total "${query[@]}" \
-            2>/dev/null | head -1 | awk '{ printf "%.0f", $1 / 1024 }')}"
+            2>/dev/null | head -1 | awk '{ printf "%.1f", $1 * 1.048576 / 1000 }')}"   # MiB -> GB (10^9, plan_run's unit)
         # No compile cache here, so that the cold run is cold; TF's own log lines.
         [ "$DRY_RUN" = 1 ] || CUDA_CACHE_DISABLE=1 TF_CPP_MIN_LOG_LEVEL=0 timeout 300 \
             "$PYTHON" -c "$GPU_PROBE" >> "$probe_log" 2>&1
@@ -259,9 +259,10 @@ memory_section() {
                 --batch_size=512 --use_synthetic_data --train_images 1000000 2>&1 | grep -i 'memory')"
         say "plan_run.py --gpu_memory $GPU_MEMORY_GB (ResNet-101, 11,166 classes, fp32, batch" \
             '512 asked):' '```' "${plan:-no memory line}" '```'
-        # the batch its lines name beside the one it was given
-        [ -n "$batch" ] || batch="$(printf '%s\n' "$plan" | grep -oE -- '--batch_size[= ][0-9]+' |
-                                   grep -oE '[0-9]+$' | grep -vx 512 | head -1)"
+        # the largest batch its memory line says fits
+        [ -n "$batch" ] || batch="$(printf '%s\n' "$plan" |
+                                   grep -oE -- 'largest --batch_size that fits [0-9]+' |
+                                   grep -oE '[0-9]+$' | head -1)"
     else
         say 'memory estimate: not available (tools/plan_run.py has no --gpu_memory option)'
     fi
@@ -276,13 +277,13 @@ memory_section() {
     run memory 5 "$PYTHON" "$here/train.py" "${flags[@]}" --visiable_gpu=0
     kill "$sampler" 2> /dev/null; wait "$sampler" 2> /dev/null
     [ -f "$run_log" ] || : > "$samples"   # skipped: nothing measured
-    estimate="$(grep -m1 -i 'memory estimate' "$run_log" 2> /dev/null | sed -E 's/^.*\] //')"
+    estimate="$(grep -m1 'memory: estimate' "$run_log" 2> /dev/null | sed -E 's/^.*\] //')"
     peak="$(awk -F', *' '$2 + 0 > m { m = $2 + 0; g = $1 }
         END { if (g != "") printf "%d MiB on GPU %s", m, g; else print "not available" }' "$samples")"
     before="$(awk -F', *' '{ printf "%sGPU %s %s MiB", (NR > 1 ? ", " : ""), $1, $2 }' "$samples.before")"
     say "ResNet-101, 11,166 classes, fp32, --data_format=auto, batch $batch, 5 steps: $run_status" \
         "peak memory.used (nvidia-smi every 0.5 s): $peak; before the run: $before" \
-        "train.py's estimate: ${estimate:-not available (no \"memory estimate\" line in runs/memory.log)}" ''
+        "train.py's estimate: ${estimate:-not available (no \"memory: estimate\" line in runs/memory.log)}" ''
     rm -rf "$OUT/runs/memory/model"
 }
 

@@ -400,7 +400,8 @@ def train(opts, settings=None, extra_hooks=()):
             run_dirs.remove_leftovers(opts.model_dir)
         if failures.peer_failure(e, plan.distribution):
             raise PeerLost(failures.describe_peer_failure(e, tracker.last_step))
-        raise TrainingError(failures.describe_failure(e, opts, tracker.failed_step))
+        raise TrainingError(failures.describe_failure(e, opts, tracker.failed_step,
+                                                      memory_note=out_of_memory_note(opts, e)))
     except hooks.RestartLoop as e:
         raise TrainingError(failures.describe_restart_loop(e.restarts, opts, tracker.failed_step))
     except UnicodeDecodeError:
@@ -417,6 +418,15 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('done; TensorBoard: %s --logdir %s', interpreter.script_command(
         'tensorboard'), opts.model_dir)
     return estimator
+
+
+def out_of_memory_note(opts, error):
+    """The memory estimate the out-of-memory line names (memory.oom_note), for a
+    ResourceExhaustedError only: the GPU's memory is asked of the driver."""
+    if not isinstance(error, tf.errors.ResourceExhaustedError):
+        return None
+    return memory.oom_note(opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size,
+                           opts.dtype, memory.gpu_memory(devices.gpu_count() > 0))
 
 
 @contextlib.contextmanager
