@@ -95,8 +95,8 @@ def test_the_named_fix_trains_in_bf16_on_that_cpu(tmp_path):
 FP16_ON_CPU = dict(ENV, **{precision.FP16_ON_CPU_ENV: '1'})
 XLA_ON_CPU = {'TF_XLA_FLAGS': '--tf_xla_cpu_global_jit'}
 INITIAL_LOSS_SCALE = 2.0 ** 15
-# Steps the tiny runs skip at most while the loss scale drops (measured: 3 on one device,
-# 7-8 in a cluster job's first steps); each skip halves the scale.
+# Steps the tiny runs skip at most while the loss scale drops (measured: 3-4 on one device,
+# 7-8 on two replicas or collective workers, 9 by two ps workers); each skip halves it.
 MAX_SKIPPED = 10
 
 # train.py's training on two logical CPUs (MirroredStrategy, --num_gpus=2):
@@ -143,11 +143,12 @@ def train_cell(root, data, strategy, max_iter, flags, env):
     return model_dir
 
 
-def stepped(model_dir, dtype, max_iter):
-    """Asserts the run reached global step max_iter with a finite loss at every logged
-    step; returns the steps fp16 skipped as overflowing (0 for the others)."""
+def stepped(model_dir, dtype, max_iter, late=0):
+    """Asserts the run reached global step max_iter (up to `late` more: the steps other
+    asynchronous workers had begun) with a finite loss at every logged step; returns the
+    steps fp16 skipped as overflowing (0 for the others)."""
     reader = tf.train.load_checkpoint(model_dir)
-    assert reader.get_tensor('global_step') == max_iter
+    assert max_iter <= reader.get_tensor('global_step') <= max_iter + late
     losses = [v for _, v in scalar_tags(model_dir)['cross_entropy']]
     assert losses and all(np.isfinite(losses)), losses
     names = reader.get_variable_to_shape_map()
@@ -183,7 +184,8 @@ def test_every_dtype_strategy_and_xla_steps_on_cpu(dataset, tmp_path, dtype, str
     flags = ['--dtype=' + dtype] + (['--xla'] if xla else [])
     model_dir = train_cell(str(tmp_path), dataset, strategy, 3, flags, env)
     print('| %s | %s | %s | skipped %d |' % (dtype, strategy, 'on' if xla else 'off',
-                                             stepped(model_dir, dtype, 3)))
+                                             stepped(model_dir, dtype, 3,
+                                                     late=int(strategy == 'ps'))))
 
 
 def loss_scale_line(stderr):
