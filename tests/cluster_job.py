@@ -103,13 +103,14 @@ class Supervisor(object):
 
 class Job(object):
     """A chief and `workers - 1` workers (and `ps` parameter servers) of one model_dir, all
-    held before their local step `hold` until release(). extra: more train.py flags."""
+    held before their local step `hold` until release(). extra: more train.py flags; env:
+    the tasks' environment."""
 
     def __init__(self, data, model_dir, gate_dir, max_iter, workers=2, ps=0, hold=7,
-                 restart=True, extra=()):
+                 restart=True, extra=(), env=ENV):
         addresses = ['127.0.0.1:%d' % p for p in ports.free_ports(workers + ps)]
         self.gate = os.path.join(gate_dir, 'gate')
-        env = dict(ENV, TRAIN_TEST_GATE='%d:%s' % (hold, self.gate))
+        env = dict(env, TRAIN_TEST_GATE='%d:%s' % (hold, self.gate))
         base = cluster_run_flags(data, model_dir, max_iter) + [
             '--worker_num=%d' % workers, '--worker_hosts=' + ','.join(addresses[:workers])
         ] + list(extra)

@@ -9,6 +9,7 @@ import tensorflow.compat.v1 as tf
 from mlimages.config import gpu_env
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
+from mlimages.model import precision
 from mlimages.run import training
 
 
@@ -132,6 +133,17 @@ def test_every_session_of_training_and_evaluation_soft_places(given, tmp_path):
     # fp16: evaluation sessions compute in mixed precision too, as training's do.
     assert (config.graph_options.rewrite_options.auto_mixed_precision == 1) == \
         (given.get('dtype') == 'fp16')
+
+
+@pytest.mark.parametrize('dtype,environ,emulated', [
+    ('fp16', {'MLIMAGES_FP16_ON_CPU': '1'}, True), ('fp16', {}, False),
+    ('fp16', {'MLIMAGES_FP16_ON_CPU': '0'}, False), ('fp32', {'MLIMAGES_FP16_ON_CPU': '1'}, False),
+])
+def test_fp16_rewrite_runs_on_a_cpu_only_when_asked(dtype, environ, emulated):
+    """precision.fp16_on_cpu reads the environment; session_config takes its answer."""
+    config = training.session_config(options(dtype=dtype), (),
+                                     precision.fp16_on_cpu(environ))
+    assert (config.graph_options.rewrite_options.auto_mixed_precision_cpu == 1) == emulated
 
 
 def session_calls(path):

@@ -460,14 +460,14 @@ import json
 import os
 from mlimages.run import model_fn
 from test_model_fn import run_options
-strategy_kind, alg = sys.argv[1], sys.argv[2]
-if strategy_kind == 'collective':   # worker 0 of two (nothing is started: graph only)
+strategy_kind, alg, dtype, worker = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if strategy_kind == 'collective':   # worker `worker` of two (nothing is started: graph only)
     os.environ['TF_CONFIG'] = json.dumps({'cluster': {'worker': ['127.0.0.1:1', '127.0.0.1:2']},
-                                          'task': {'type': 'worker', 'index': 0}})
+                                          'task': {'type': 'worker', 'index': worker}})
     strategy = distribute.train_distribute('collective', 1, gpu_count=0, all_reduce_alg=alg)
 else:
     strategy = distribute.train_distribute('none', 2, all_reduce_alg=alg)
-opts = run_options(18, 'fp32')._replace(class_num=7)
+opts = run_options(18, dtype)._replace(class_num=7)
 run = model_fn.Run(data_format='channels_last', images_per_step=2)
 with tf.Graph().as_default() as graph, strategy.scope():
     def step():
@@ -493,15 +493,17 @@ with tf.Graph().as_default() as graph, strategy.scope():
         'name': op.name, 'type': op.type, 'elements': op.inputs[0].shape.num_elements(),
         'hint': op.get_attr('communication_hint').decode()
         if op.type == 'CollectiveReduceV2' else 'nccl',
+        'key': int(tf.get_static_value(op.inputs[3])) if op.type == 'CollectiveReduceV2'
+        else None,
         'ancestors': sorted(ancestors(op, set()) & {o.name for o in ops})} for op in ops]}))
 '''
 
 
-def reductions(kind, alg):
+def reductions(kind, alg, dtype='fp32', worker=0):
     out = run_child(ALL_REDUCE_CHILD.replace('sys.path.insert(0, %r)' % ROOT,
                                              'sys.path[:0] = [%r, %r]' % (
                                                  ROOT, os.path.join(ROOT, 'tests'))),
-                    kind, alg).stdout
+                    kind, alg, dtype, str(worker)).stdout
     return json.loads([l for l in out.splitlines() if l.startswith('REDUCE ')][-1][7:])
 
 
@@ -523,6 +525,31 @@ def test_collective_gradients_go_by_nccl_in_ordered_packs_and_the_rest_by_ring()
     assert max(op['elements'] for op in small) <= 7   # counters of 7 classes, scalars
     # auto on CPU workers: RING for all
     assert {op['hint'] for op in reductions('collective', 'auto')['ops']} == {'ring'}
+
+
+def test_fp16_collective_reductions_are_the_same_on_every_worker():
+    """--dtype=fp16 --distribution=collective --all_reduce_alg=nccl, the built graphs of
+    workers 0 and 1 of 2 (built at once): the same all-reduces, in the same order (name,
+    implementation, size, instance key) on both -- a worker launching another would hang
+    the job at its first step. The loss-scale optimizer's is-finite reduction (one element,
+    by RING: a single tensor) comes before every gradient pack (they run in the branch it
+    chooses, on every worker the same), and the packs are chained as fp32's."""
+    from concurrent import futures
+    with futures.ThreadPoolExecutor(2) as pool:
+        workers = list(pool.map(lambda k: reductions('collective', 'nccl', 'fp16', k), (0, 1)))
+    seen = [[(op['name'], op['hint'], op['elements'], op['key']) for op in w['ops']]
+            for w in workers]
+    assert seen[0] == seen[1]
+    assert len({key for _, _, _, key in seen[0]}) == len(seen[0])
+    packs = [op for op in workers[0]['ops'] if op['hint'] == 'nccl']
+    assert sum(op['elements'] for op in packs) == workers[0]['trained'] and len(packs) >= 2
+    for before, after in zip(packs, packs[1:]):
+        assert before['name'] in after['ancestors'], (before['name'], after['name'])
+    first = set(packs[0]['ancestors'])
+    is_finite = [op for op in workers[0]['ops']
+                 if op['name'] in first and op['elements'] == 1 and op['hint'] == 'ring']
+    assert len(is_finite) == 1, (first, workers[0]['ops'])
+    assert all(is_finite[0]['name'] in op['ancestors'] for op in packs)
 
 
 def test_mirrored_nccl_carries_only_the_gradients():

@@ -10,10 +10,14 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow.compat.v1 as tf
 
+import cluster_job
 from mlimages.model import precision
-from helpers import ENV, run_train, small_run_flags, write_dataset
+from helpers import (ENV, LOGICAL_CPUS, run_train, scalar_tags, small_run_flags, train_model,
+                     write_dataset)
 
 NO_BF16_CPU = dict(ENV, ONEDNN_MAX_CPU_ISA='AVX2', TF_ENABLE_ONEDNN_OPTS='1')
 
@@ -82,3 +86,139 @@ def test_the_named_fix_trains_in_bf16_on_that_cpu(tmp_path):
     result, model_dir = train(tmp_path, env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert os.path.exists(os.path.join(model_dir, 'model.ckpt-1.index'))
+
+
+# ----------------------------------------------------------- every dtype x strategy x XLA
+# fp16's rewrite runs on the CPU here (precision.fp16_on_cpu: TensorFlow's float16
+# emulation), so the loss-scaled, rewritten graph is the one that steps; on a CPU XLA
+# compiles only with --tf_xla_cpu_global_jit.
+FP16_ON_CPU = dict(ENV, **{precision.FP16_ON_CPU_ENV: '1'})
+XLA_ON_CPU = {'TF_XLA_FLAGS': '--tf_xla_cpu_global_jit'}
+INITIAL_LOSS_SCALE = 2.0 ** 15
+# Steps the tiny runs skip at most while the loss scale drops (measured: 3-4 on one device,
+# 7-8 on two replicas or collective workers, 9 by two ps workers); each skip halves it.
+MAX_SKIPPED = 10
+
+# train.py's training on two logical CPUs (MirroredStrategy, --num_gpus=2):
+# argv = model_dir, data_dir, max_iter, then more train.py flags.
+MIRRORED_CHILD = LOGICAL_CPUS + '''
+import flags as flags_lib
+import train
+from mlimages.run import training
+model_dir, data_dir, max_iter = sys.argv[1], sys.argv[2], int(sys.argv[3])
+F = flags_lib.FLAGS
+F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--batch_size=2',
+   '--lr=0.01', '--log_interval=1', '--snapshot=100', '--max_iter=%d' % max_iter,
+   '--data_format=NHWC', '--visiable_gpu=-1', '--num_gpus=2', '--shuffle_buffer=8',
+   '--data_dir=' + data_dir, '--model_dir=' + model_dir] + sys.argv[4:])
+plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
+opts = flags_lib.options(F)
+estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
+estimator._session_config.device_count['CPU'] = 2
+files, _ = training.training_files(opts, plan)
+estimator.train(training.training_input_fn(opts, files), max_steps=max_iter)
+'''
+
+
+def train_cell(root, data, strategy, max_iter, flags, env):
+    """Trains a cell's run to global step max_iter; returns its model_dir."""
+    model_dir = os.path.join(root, 'model')
+    if strategy == 'one':
+        result = run_train(*small_run_flags(data, model_dir, max_iter), *flags, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+    elif strategy == 'mirrored':
+        result = subprocess.run([sys.executable, '-c', MIRRORED_CHILD, model_dir, data,
+                                 str(max_iter)] + list(flags), env=env, capture_output=True,
+                                text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+    else:  # never held at a gate: the tasks run to max_iter
+        job = cluster_job.Job(data, model_dir, root, max_iter, ps=int(strategy == 'ps'),
+                              hold=10 ** 6, restart=False, extra=flags, env=env)
+        try:
+            for task in job.tasks.values():
+                assert task.join(900), job.text()
+        finally:
+            job.kill_all()
+        assert all([s for _, s in t.exits] == [0] for t in job.tasks.values()), job.text()
+    return model_dir
+
+
+def stepped(model_dir, dtype, max_iter, late=0):
+    """Asserts the run reached global step max_iter (up to `late` more: the steps other
+    asynchronous workers had begun) with a finite loss at every logged step; returns the
+    steps fp16 skipped as overflowing (0 for the others)."""
+    reader = tf.train.load_checkpoint(model_dir)
+    assert max_iter <= reader.get_tensor('global_step') <= max_iter + late
+    losses = [v for _, v in scalar_tags(model_dir)['cross_entropy']]
+    assert losses and all(np.isfinite(losses)), losses
+    names = reader.get_variable_to_shape_map()
+    assert ('current_loss_scale' in names) == (dtype == 'fp16')
+    if dtype != 'fp16':
+        return 0
+    skipped = int(round(np.log2(INITIAL_LOSS_SCALE / reader.get_tensor('current_loss_scale'))))
+    assert 0 <= skipped <= MAX_SKIPPED, skipped
+    return skipped
+
+
+def matrix_cells():
+    """Every --dtype x strategy x --xla that TensorFlow runs on a CPU; the suite runs none
+    (fp16 on one device, the rewrite emulated, steps in
+    test_a_checkpoint_of_another_dtype_continues_in_fp16). Not here: XLA in a cluster job
+    (collective, ps) -- TensorFlow's CPU JIT (--tf_xla_cpu_global_jit) fails the first step
+    of a task's session with "Multiple CPU devices [/job:chief/replica:0/task:0/device:
+    CPU:0,/job:localhost/replica:0/task:0/device:CPU:0]" in every dtype; on GPUs the JIT
+    clusters GPU ops and leaves the CPU's alone (tools/gpu_smoke.sh's to confirm)."""
+    return [pytest.param(d, s, x, marks=pytest.mark.matrix,
+                         id='%s-%s%s' % (d, s, '-xla' if x else ''))
+            for d in precision.DTYPES for s in ('one', 'mirrored', 'collective', 'ps')
+            for x in (False, True) if not (x and s in ('collective', 'ps'))]
+
+
+@pytest.mark.parametrize('dtype,strategy,xla', matrix_cells())
+def test_every_dtype_strategy_and_xla_steps_on_cpu(dataset, tmp_path, dtype, strategy, xla):
+    """Each cell trains to global step 3 from scratch, the loss finite; fp16 skips at most
+    MAX_SKIPPED steps on its way (its printed row: the steps skipped)."""
+    if dtype == 'bf16' and precision.cpu_kernel_error(dtype):
+        pytest.skip('this CPU has no bfloat16 convolution in oneDNN (needs AVX-512 or AMX)')
+    env = dict(FP16_ON_CPU, **(XLA_ON_CPU if xla else {}))
+    flags = ['--dtype=' + dtype] + (['--xla'] if xla else [])
+    model_dir = train_cell(str(tmp_path), dataset, strategy, 3, flags, env)
+    print('| %s | %s | %s | skipped %d |' % (dtype, strategy, 'on' if xla else 'off',
+                                             stepped(model_dir, dtype, 3,
+                                                     late=int(strategy == 'ps'))))
+
+
+def loss_scale_line(stderr):
+    return [l for l in stderr.splitlines() if 'holds no loss-scale state' in l]
+
+
+def test_a_checkpoint_of_another_dtype_continues_in_fp16(dataset, tmp_path):
+    """fp32 to step 1, then --dtype=fp16 (the rewrite emulated) continues to step 2: the
+    weights restored, the loss-scale state started afresh with one line saying so, and the
+    rewritten, loss-scaled step advances the global step."""
+    data, model_dir, _ = train_model(tmp_path, 1, data=dataset)
+    before = tf.train.load_checkpoint(model_dir).get_tensor('logits/dense/kernel')
+    result = run_train(*small_run_flags(data, model_dir, 2), '--dtype=fp16', env=FP16_ON_CPU)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line, = loss_scale_line(result.stderr)
+    assert line.endswith('model.ckpt-1 holds no loss-scale state (it was written with '
+                         'another --dtype than fp16): the loss scaling of --dtype=fp16 '
+                         'starts afresh, the rest continues'), line
+    assert stepped(model_dir, 'fp16', 2) >= 1  # emulated fp16 overflows at 2^15 here
+    after = tf.train.load_checkpoint(os.path.join(model_dir, 'model.ckpt-1'))
+    np.testing.assert_array_equal(after.get_tensor('logits/dense/kernel'), before)
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize('dtypes', [('fp16', 'fp32', 'fp16'), ('bf16', 'fp16', 'bf16'),
+                                    ('fp32', 'bf16', 'fp32')], ids='-'.join)
+def test_a_model_directory_changes_dtype_and_back(dataset, tmp_path, dtypes):
+    """Each run continues the last one's checkpoint one more step in its own --dtype; only
+    a switch into fp16 from a checkpoint without the loss-scale state says so."""
+    model_dir = str(tmp_path / 'model')
+    for step, dtype in enumerate(dtypes, 1):
+        result = run_train(*small_run_flags(dataset, model_dir, step), '--dtype=' + dtype,
+                           env=FP16_ON_CPU)
+        assert result.returncode == 0, (dtype, result.stderr[-3000:])
+        assert len(loss_scale_line(result.stderr)) == int(dtype == 'fp16' and step > 1)
+        stepped(model_dir, dtype, step)

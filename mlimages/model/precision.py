@@ -3,8 +3,9 @@
 fp32: everything float32.
 fp16: TensorFlow's automatic mixed precision (a graph rewrite of the training step to
       float16 where it is safe) with dynamic loss scaling on the optimizer. The rewrite
-      runs only on a GPU: without one the graph stays float32, so the flag is harmless on
-      a CPU.
+      runs on a GPU; on a CPU the graph stays float32 unless MLIMAGES_FP16_ON_CPU=1 is in
+      the environment (TensorFlow's float16 emulation of the rewritten graph: slow, for
+      trying an fp16 run's graph -- its loss scaling, its all-reduces -- without a GPU).
 bf16: the model is built in bfloat16 (the input cast, the variables read through a cast);
       bfloat16 has float32's range, so no loss scaling. Logits come back as float32 for
       the loss. On a CPU, TensorFlow's oneDNN kernels have bfloat16 convolutions only with
@@ -12,6 +13,7 @@ bf16: the model is built in bfloat16 (the input cast, the variables read through
       everywhere.
 """
 import contextlib
+import os
 import re
 
 import numpy as np
@@ -19,6 +21,12 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 DTYPES = ('fp32', 'fp16', 'bf16')
+FP16_ON_CPU_ENV = 'MLIMAGES_FP16_ON_CPU'
+
+
+def fp16_on_cpu(environ=os.environ):
+    """Whether --dtype=fp16 rewrites the graph on a CPU too (see the module docstring)."""
+    return environ.get(FP16_ON_CPU_ENV) == '1'
 
 
 def _float32_variables(getter, name, shape=None, dtype=None, *args, **kwargs):

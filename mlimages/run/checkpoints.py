@@ -10,7 +10,8 @@ becomes the latest; the damaged newer ones move to <model_dir>/damaged/ (never d
 
 The original left its two loss counters unnamed, so its checkpoints hold them as
 `Variable` (pos_count) and `Variable_1` (neg_count); a model_dir whose latest checkpoint
-has them is continued with a saver that keeps those names (legacy_saver).
+has them is continued with a saver that keeps those names (saver). A checkpoint of another
+--dtype continues in fp16 with the loss-scale state started afresh (FreshLossScaleSaver).
 """
 import os
 import re
@@ -24,6 +25,9 @@ from mlimages.errors import UsageError, op_error_text
 
 # The original left its loss counters unnamed; its checkpoints hold them as these.
 LEGACY_COUNTER_NAMES = {'pos_count': 'Variable', 'neg_count': 'Variable_1'}
+# fp16's dynamic loss scaling (precision.wrap_optimizer): TensorFlow's names of its state,
+# which a checkpoint written with another --dtype lacks.
+LOSS_SCALE_STATE = frozenset(['current_loss_scale', 'good_steps'])
 
 
 STATE_FILE = 'checkpoint'
@@ -157,14 +161,48 @@ def has_legacy_counters(model_dir):
     return 'pos_count' not in names and set(LEGACY_COUNTER_NAMES.values()) <= names
 
 
-def legacy_saver(max_to_keep):
-    """A saver that reads and writes the counters under the original's names, so a run of
-    the original continues here and its checkpoints stay loadable by the original."""
-    var_list = {LEGACY_COUNTER_NAMES.get(v.op.name, v.op.name): v
-                for v in tf.global_variables()}
-    return tf.train.Saver(var_list=var_list, sharded=True, max_to_keep=max_to_keep,
-                          save_relative_paths=True)
+def saver(max_to_keep, legacy_counters=False):
+    """The saver of training: with legacy_counters it reads and writes the counters under
+    the original's names, so a run of the original continues here and its checkpoints stay
+    loadable by the original; with fp16's loss-scale state in the graph, a
+    FreshLossScaleSaver. One a graph: a strategy builds the model once a replica, and the
+    replicas after the first get the first one's."""
+    built = tf.get_collection(tf.GraphKeys.SAVERS)
+    if built:
+        return built[0]
+    var_list = {(LEGACY_COUNTER_NAMES.get(v.op.name, v.op.name) if legacy_counters
+                 else v.op.name): v for v in tf.global_variables()}
+    kind = FreshLossScaleSaver if LOSS_SCALE_STATE & set(var_list) else tf.train.Saver
+    made = kind(var_list=var_list, sharded=True, max_to_keep=max_to_keep,
+                save_relative_paths=True)
+    tf.add_to_collection(tf.GraphKeys.SAVERS, made)
+    return made
 
+
+class FreshLossScaleSaver(tf.train.Saver):
+    """Saves every variable. Restores a checkpoint that lacks fp16's loss-scale state (one
+    written with another --dtype) as the rest of it, the state at its initial value (loss
+    scale 2^15: the first steps may overflow and be skipped while it drops), in one log
+    line. The partial restore's ops are built with it, before the graph is finalized."""
+
+    def __init__(self, var_list, **kwargs):
+        super().__init__(var_list=var_list, **kwargs)
+        self._rest = tf.train.Saver(
+            var_list={n: v for n, v in var_list.items() if n not in LOSS_SCALE_STATE},
+            sharded=True)
+        self._fresh = tf.variables_initializer(
+            [v for n, v in sorted(var_list.items()) if n in LOSS_SCALE_STATE])
+
+    def restore(self, sess, save_path):
+        names = {name for name, _ in tf.train.list_variables(save_path)}
+        if LOSS_SCALE_STATE <= names:
+            return super().restore(sess, save_path)
+        tf.logging.info('%s holds no loss-scale state (it was written with another --dtype '
+                        'than fp16): the loss scaling of --dtype=fp16 starts afresh, the '
+                        'rest continues', save_path)
+        self._rest.restore(sess, save_path)
+        sess.run(self._fresh)
+        return None
 
 
 def check_checkpoint_head(path, class_num):

@@ -215,9 +215,11 @@ def resnet_model_fn(features, labels, mode, opts, run):
         if run.score_hook:
             evaluation_hooks.append(run.score_hook(labels, scores))
     scaffold = None
-    if run.legacy_counters:
+    # fp16: a checkpoint of another --dtype restores, its loss scaling started afresh.
+    if run.legacy_counters or (training and opts.dtype == 'fp16'):
         # Built last: the saver must see every variable, the Momentum slots included.
-        scaffold = tf.train.Scaffold(saver=checkpoints.legacy_saver(opts.max_to_keep))
+        scaffold = tf.train.Scaffold(saver=checkpoints.saver(opts.max_to_keep,
+                                                             run.legacy_counters))
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=training_hooks,

@@ -32,6 +32,7 @@ from mlimages.run import hooks
 from mlimages.data import input_pipeline
 from mlimages.model import memory
 from mlimages.run import model_fn
+from mlimages.model import precision
 from mlimages.run import preemption
 from mlimages.data import records
 import resnet
@@ -138,14 +139,17 @@ def evaluation_files(opts):
     return files
 
 
-def session_config(opts, device_filters=()):
+def session_config(opts, device_filters=(), fp16_on_cpu=False):
     """The session options of training and evaluation (devices.session_config); with
-    --dtype=fp16 every session, evaluation's included, computes in mixed precision."""
+    --dtype=fp16 every session, evaluation's included, computes in mixed precision -- on
+    a CPU too with fp16_on_cpu (precision.fp16_on_cpu: TensorFlow's float16 emulation)."""
     config = devices.session_config(opts.inter_op_threads, opts.intra_op_threads, opts.xla,
                                     device_filters)
     if opts.dtype == 'fp16':
-        config.graph_options.rewrite_options.auto_mixed_precision = \
-            rewriter_config_pb2.RewriterConfig.ON
+        rewrite = config.graph_options.rewrite_options
+        rewrite.auto_mixed_precision = rewriter_config_pb2.RewriterConfig.ON
+        if fp16_on_cpu:
+            rewrite.auto_mixed_precision_cpu = rewriter_config_pb2.RewriterConfig.ON
     return config
 
 
@@ -167,7 +171,7 @@ def make_estimator(opts, run, plan=None):
         save_checkpoints_steps=opts.snapshot, keep_checkpoint_max=opts.max_to_keep,
         save_summary_steps=opts.summary_interval or opts.log_interval,
         log_step_count_steps=opts.log_interval,
-        session_config=session_config(opts, filters),
+        session_config=session_config(opts, filters, precision.fp16_on_cpu()),
         train_distribute=distribute.train_distribute(
             plan.distribution, opts.num_gpus, gpu_count=devices.gpu_count(),
             all_reduce_alg=opts.all_reduce_alg)
