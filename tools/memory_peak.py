@@ -69,6 +69,7 @@ def measure(tf, depth, batch, image, class_num, dtype):
     """The BFC allocator's peak bytes over one training step (the module docstring)."""
     import flags as flags_lib
     from mlimages.data import input_pipeline
+    from mlimages.distributed import devices
     from mlimages.run import model_fn
     opts = flags_lib.defaults()._replace(
         resnet_size=depth, batch_size=batch, image_size=image, class_num=class_num,
@@ -82,7 +83,7 @@ def measure(tf, depth, batch, image, class_num, dtype):
         features = {input_pipeline.SYNTHETIC: tf.zeros([batch, image, image, 0], tf.uint8)}
         spec = model_fn.resnet_model_fn(features, tf.zeros([batch, 0]),
                                         tf.estimator.ModeKeys.TRAIN, opts, run)
-        with tf.Session() as session:
+        with tf.Session(config=devices.session_config()) as session:
             session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
             session.run(spec.train_op)
             session.run(spec.train_op)
