@@ -350,6 +350,8 @@ def train(opts, settings=None, extra_hooks=()):
                     opts.dtype, 'on' if opts.xla else 'off',
                     ', synthetic data (no file is read)' if opts.use_synthetic_data else '',
                     ', deterministic (seed %d)' % opts.random_seed if opts.deterministic else '')
+    tf.logging.info(devices.describe_share(devices.cpu_share(), opts.inter_op_threads,
+                                           opts.intra_op_threads, opts.private_threads))
     if opts.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', opts.lr)
