@@ -101,17 +101,19 @@ def pinned(preexec, cpus):
 
 def cpu_plan(names):
     """({task name: its CPUs, or None}, the environment every task gets): the launcher's
-    CPUs (sched_getaffinity) split among the tasks (devices.partition_cpus) where the OS
-    pins processes, with how many tasks share the node (its cgroup quota) and each one's
-    CPUs, for devices.cpu_share."""
+    CPUs (sched_getaffinity) split among the tasks (devices.partition_cpus) when each can
+    have one of its own and the OS pins processes, else none pinned; with how many tasks
+    share the node (its cgroup quota) and each one's CPUs, for devices.cpu_share."""
+    count = str(len(names))
     try:
         own = os.sched_getaffinity(0)
-    except AttributeError:  # no affinity on this OS: every task sees every CPU
-        return {name: None for name in names}, {devices.LOCAL_TASKS_ENV: str(len(names))}
-    sets = devices.partition_cpus(own, len(names))
-    sharing = max(sum(1 for s in sets if s == mine) for mine in sets)
-    return dict(zip(names, sets)), {devices.LOCAL_TASKS_ENV: str(len(names)),
-                                    devices.CPU_SET_TASKS_ENV: str(sharing)}
+    except AttributeError:  # no affinity on this OS
+        own = ()
+    if len(own) < len(names):  # pinned, two tasks on one CPU wait for each other's bursts
+        return {name: None for name in names}, {devices.LOCAL_TASKS_ENV: count,
+                                                devices.CPU_SET_TASKS_ENV: count}
+    return dict(zip(names, devices.partition_cpus(own, len(names)))), {
+        devices.LOCAL_TASKS_ENV: count, devices.CPU_SET_TASKS_ENV: '1'}
 
 
 def cpu_ranges(cpus):
@@ -472,7 +474,8 @@ def main(argv=None):
         '%s %s' % (name, value or 'none') for name, value in gpus.items()))
     say('CPUs (affinity; each task sizes its threads to its share): %s' % (', '.join(
         '%s %s' % (name, cpu_ranges(c)) for name, c in cpus.items()) if any(cpus.values())
-        else 'not pinned on this OS, %s tasks share them' % share_env[devices.LOCAL_TASKS_ENV]))
+        else 'not pinned (fewer than one a task, or no affinity on this OS): the %s tasks '
+        'share them' % share_env[devices.LOCAL_TASKS_ENV]))
     say('isolated: the cluster runs in its own network namespace (loopback only)'
         if in_namespace else 'warning: ' + SECURITY_NOTE)
 

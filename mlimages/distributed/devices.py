@@ -28,7 +28,7 @@ pinned to the same set, and the cgroup's CPU quota Q (cpu.max, v2; cpu.cfs_quota
 cpu.cfs_period_us, v1), shared by the L tasks of the node:
   share C = max(1, floor(min(A / S, Q / L)))
 S and L: MLIMAGES_CPU_SET_TASKS and MLIMAGES_LOCAL_TASKS (tools/launch_local_cluster.py
-sets them, having pinned each task to its own CPUs where it could); else under Slurm L =
+sets them, having pinned each task to CPUs of its own where there are enough); else under Slurm L =
 the step's tasks on this node (SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID) and S = L, or 1
 when srun binds each task to its CPUs (SLURM_CPU_BIND_TYPE other than none); else 1.
 """
@@ -246,12 +246,9 @@ def describe_share(share, inter_op, intra_op, private):
 
 
 def partition_cpus(cpus, tasks):
-    """`tasks` CPU sets of the sorted `cpus`: contiguous blocks of len(cpus) // tasks (the
-    first ones a CPU more when they do not divide), or with fewer CPUs than tasks, CPU
-    i mod len(cpus) for task i."""
+    """`tasks` (at most len(cpus)) contiguous blocks of the sorted `cpus`, of len(cpus) //
+    tasks CPUs (the first ones a CPU more when they do not divide)."""
     cpus = sorted(cpus)
-    if tasks > len(cpus):
-        return [{cpus[i % len(cpus)]} for i in range(tasks)]
     size, extra = divmod(len(cpus), tasks)
     starts = [i * size + min(i, extra) for i in range(tasks + 1)]
     return [set(cpus[starts[i]:starts[i + 1]]) for i in range(tasks)]
