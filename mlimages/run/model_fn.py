@@ -96,6 +96,27 @@ def make_optimizer(name, lr, momentum):
     raise ValueError('optimizer must be mom or sgd, got %r' % (name,))
 
 
+def checked(lr, finite):
+    """The learning rate made to wait on the finite-loss check: every variable's update
+    reads it (and the global step's increment waits on them), so nothing changes before
+    the check -- one control input, while the backward pass runs on (the gradients
+    waiting on the check was a host round trip between the passes on a GPU). Under a
+    strategy the first replica's optimizer applies every replica's update with its rate:
+    the check is of the replicas' mean loss."""
+    with tf.control_dependencies([finite]):
+        return tf.identity(lr)
+
+
+def saver_hooks(opts, run, scaffold):
+    """The training chief's checkpoint saver (hooks.CheckpointSaverHook, every --snapshot
+    steps), which the Estimator then takes for its own; none in a collective job, whose
+    session adds TensorFlow's own whatever the spec holds."""
+    if run.stop_together:
+        return []
+    return [hooks.CheckpointSaverHook(opts.model_dir, save_steps=opts.snapshot,
+                                      scaffold=scaffold)]
+
+
 def hierarchy_masks(leaf_mask):
     """metrics.multilabel_metrics' class_masks for mAP_leaf and mAP_inner, or None."""
     if leaf_mask is None:
@@ -184,16 +205,9 @@ def resnet_model_fn(features, labels, mode, opts, run):
         global_step = tf.train.get_or_create_global_step()
         lr = lr_schedule.learning_rate_of(opts, global_step)
         tf.summary.scalar('learning_rate', lr)
-        # The apply waits for the finite check through the learning rate, which every
-        # variable's update reads (and the global step's increment waits on them): one
-        # control input, while the backward pass runs on (its gradients waiting on the
-        # check was a host round trip between the passes on a GPU). Under a strategy the
-        # first replica's optimizer applies every replica's update with its rate, so the
-        # check is of the replicas' mean. This replica's batch-norm updates run in the same
-        # step beside the apply (distribute.own_update_ops: no gradient waits on them).
-        with tf.control_dependencies([finite]):
-            checked_lr = tf.identity(lr)
-        optimizer = make_optimizer(opts.optimizer, checked_lr, opts.opt_momentum)
+        # This replica's batch-norm updates run in the same step beside the apply
+        # (distribute.own_update_ops: no gradient waits on them).
+        optimizer = make_optimizer(opts.optimizer, checked(lr, finite), opts.opt_momentum)
         optimizer = precision.wrap_optimizer(optimizer, opts.dtype)
         gradients = optimizer.compute_gradients(loss, var_list=trained)
         train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
@@ -224,15 +238,9 @@ def resnet_model_fn(features, labels, mode, opts, run):
     if run.legacy_counters:
         # Built last: the saver must see every variable, the Momentum slots included.
         scaffold = tf.train.Scaffold(saver=checkpoints.legacy_saver(opts.max_to_keep))
-    # The Estimator takes this saver for its own (RunConfig's save_checkpoints_steps, the
-    # same --snapshot) but in a collective job, whose session adds TensorFlow's whatever
-    # the spec holds.
-    chief_hooks = [hooks.CheckpointSaverHook(opts.model_dir, save_steps=opts.snapshot,
-                                             scaffold=scaffold)] \
-        if training and not run.stop_together else []
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=training_hooks,
-        training_chief_hooks=chief_hooks, evaluation_hooks=evaluation_hooks,
-        scaffold=scaffold)
+        training_chief_hooks=saver_hooks(opts, run, scaffold) if training else [],
+        evaluation_hooks=evaluation_hooks, scaffold=scaffold)
 
