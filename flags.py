@@ -241,7 +241,7 @@ _string(G, 'augment_on', 'auto',
         'auto: device when a GPU is visible, else cpu.')
 _int(G, 'private_threads', 0,
      'Give the input pipeline its own thread pool of this many threads (0 = share '
-     'TensorFlow\'s).')
+     'TensorFlow\'s; a pool of the process\'s CPU share when tasks share the node).')
 _string(G, 'dtype', 'fp32',
         'What the model computes in; variables stay float32. fp32. fp16: automatic mixed '
         'precision (graph rewrite) with dynamic loss scaling -- TensorFlow applies the '
@@ -271,8 +271,10 @@ _string(G, 'tf_gpu_thread_mode', 'auto',
         '(unless --inter_op_threads / --private_threads are given). gpu_shared: one pool '
         'for all GPUs.')
 _int(G, 'inter_op_threads', 0, 'Threads running independent ops at once (0 = '
-     'TensorFlow\'s choice, or the gpu_private plan).')
-_int(G, 'intra_op_threads', 0, 'Threads inside one op (0 = TensorFlow\'s choice).')
+     'TensorFlow\'s choice, or the gpu_private plan, or the process\'s CPU share when '
+     'tasks share the node: see docs/performance.md).')
+_int(G, 'intra_op_threads', 0, 'Threads inside one op (0 = TensorFlow\'s choice, or the '
+     'process\'s CPU share when tasks share the node).')
 _bool(G, 'memory_check', True,
       'Before the first step, compare the estimate of the GPU memory one replica needs '
       '(mlimages/model/memory.py: --resnet_size, --class_num, --batch_size, --image_size, '

@@ -61,11 +61,15 @@ def settings(opts):
 def choose_devices(opts):
     """Makes the GPUs of --visiable_gpu/--num_gpus the only ones this process sees, before
     anything starts TensorFlow's GPU runtime; returns opts with the thread counts of
-    --tf_gpu_thread_mode filled in where the user gave none."""
+    --tf_gpu_thread_mode, or of this process's CPU share when it is less than the CPUs it
+    sees (devices.cpu_share: several tasks on the node), filled in where the user gave none."""
     made, inter_op, private = devices.choose(opts.visiable_gpu, opts.num_gpus,
                                              opts.tf_gpu_thread_mode)
-    opts = opts._replace(inter_op_threads=opts.inter_op_threads or inter_op,
-                         private_threads=opts.private_threads or private)
+    inter_op, intra_op, private = devices.share_threads(
+        devices.cpu_share(), opts.inter_op_threads or inter_op, opts.intra_op_threads,
+        opts.private_threads or private)
+    opts = opts._replace(inter_op_threads=inter_op, intra_op_threads=intra_op,
+                         private_threads=private)
     # Without a GPU there is nothing to say (training's first lines count the GPUs seen).
     if devices.gpu_count() or opts.tf_gpu_thread_mode in ('gpu_private', 'gpu_shared'):
         tf.logging.info('devices: %s; inter-op threads %s, input private threads %s', ', '.join(

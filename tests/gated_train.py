@@ -5,8 +5,15 @@
 runs train.py's command line with one more hook (train.run's extra_hooks): the process holds
 before its own N-th step (in --mode=eval: batch) until PATH exists. A test that kills or interrupts a run at step
 k < N thereby knows that work is left, whatever the machine's speed; it creates PATH to let
-the run finish. Without TRAIN_TEST_GATE it is train.py.
+the run finish.
+
+    TRAIN_TEST_RUNS=PATH python tests/gated_train.py <train.py flags>
+
+counts every tf.Session.run of the process (helpers.RunCounter) and writes to PATH, as a
+JSON list, the runs between the starts of consecutive steps of the completed run. Without
+either variable it is train.py.
 """
+import json
 import os
 import sys
 import time
@@ -15,8 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import train  # train.py's start-up: quiet TensorFlow, the version checks
 import tensorflow.compat.v1 as tf
+from tensorflow.python.client import session as session_lib
+
+from helpers import RunCounter
 
 GATE_ENV = 'TRAIN_TEST_GATE'
+RUNS_ENV = 'TRAIN_TEST_RUNS'
 
 
 class GateHook(tf.train.SessionRunHook):
@@ -34,13 +45,29 @@ class GateHook(tf.train.SessionRunHook):
                 time.sleep(0.05)
 
 
-def gate_from_environment():
+class WrittenRunCounter(RunCounter):
+    """helpers.RunCounter that writes per_step() to `path` when the run ends."""
+
+    def __init__(self, path):
+        super().__init__()
+        self._path = path
+        session_lib.BaseSession.run = self.wrap(session_lib.BaseSession.run)
+
+    def end(self, session):
+        with open(self._path, 'w') as f:
+            json.dump(self.per_step(), f)
+
+
+def hooks_from_environment():
+    found = []
+    if os.environ.get(RUNS_ENV):
+        found.append(WrittenRunCounter(os.environ[RUNS_ENV]))
     value = os.environ.get(GATE_ENV)
-    if not value:
-        return []
-    step, path = value.split(':', 1)
-    return [GateHook(int(step), path)]
+    if value:
+        step, path = value.split(':', 1)
+        found.append(GateHook(int(step), path))
+    return found
 
 
 if __name__ == '__main__':
-    train.run(gate_from_environment())
+    train.run(hooks_from_environment())

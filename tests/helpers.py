@@ -352,3 +352,26 @@ def make_split(seed, scores='uniform', images=300, classes=40):
         logits = np.where(positive, rng.normal(-3.0, 2.5, y.shape), rng.normal(-7.0, 2.0, y.shape))
         s = 1.0 / (1.0 + np.exp(-logits))
     return y.astype(np.float32), s.astype(np.float32)
+
+
+# ------------------------------------------------------------- session.run calls a step
+
+class RunCounter(tf.train.SessionRunHook):
+    """Counts the tf.Session.run calls of the process (every run goes through the wrap of
+    BaseSession.run) and notes the count at each step's before_run: per_step() is what ran
+    from one step's start to the next's, the hooks' own runs included."""
+
+    def __init__(self):
+        self.calls, self.marks = 0, []
+
+    def wrap(self, run):
+        def counted(session, *args, **kwargs):
+            self.calls += 1
+            return run(session, *args, **kwargs)
+        return counted
+
+    def before_run(self, run_context):
+        self.marks.append(self.calls)
+
+    def per_step(self):
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]

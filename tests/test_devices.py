@@ -1,5 +1,6 @@
 """devices.py: the GPUs a process sees for --visiable_gpu/--num_gpus, the thread plan of
---tf_gpu_thread_mode, and the session options every session gets."""
+--tf_gpu_thread_mode, the session options every session gets, and the process's CPU share
+(affinity, cgroup quota, tasks of the node) with the threads sized to it."""
 import json
 import os
 
@@ -232,3 +233,65 @@ def test_decode_pool_defaults_to_autotune_and_a_flag_pins_it(shards):
         '--num_preprocess_threads=N pins them)')
     assert devices.describe_decode_threads(6) == \
         '6 parallel decodes (--num_preprocess_threads)'
+
+
+# ------------------------------------------------------------------- the CPU share
+
+def write_cgroup(root, files):
+    for name, text in files.items():
+        path = os.path.join(str(root), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'w') as f:
+            f.write(text)
+    return str(root)
+
+
+@pytest.mark.parametrize('files,want', [
+    ({'cpu.max': 'max 100000\n'}, None),
+    ({'cpu.max': '250000 100000\n'}, 2.5),                     # cgroup v2
+    ({'cpu/cpu.cfs_quota_us': '400000\n', 'cpu/cpu.cfs_period_us': '100000\n'}, 4.0),  # v1
+    ({'cpu/cpu.cfs_quota_us': '-1\n', 'cpu/cpu.cfs_period_us': '100000\n'}, None),
+    ({}, None),
+])
+def test_cgroup_quota(tmp_path, files, want):
+    assert devices.cgroup_quota(write_cgroup(tmp_path, files)) == want
+
+
+@pytest.mark.parametrize('environ,quota,want', [
+    # no cluster: every CPU the process may run on
+    ({}, None, (16, 1, 1, None)),
+    # the launcher pinned 4 tasks to 4 CPUs each of 16: this one sees its 4
+    ({'MLIMAGES_LOCAL_TASKS': '4', 'MLIMAGES_CPU_SET_TASKS': '1'}, None, (16, 4, 1,
+                                                                         'the launcher')),
+    # not pinned (no affinity on the OS): 4 tasks share the 16
+    ({'MLIMAGES_LOCAL_TASKS': '4'}, None, (4, 4, 4, 'the launcher')),
+    # a quota of 6 cores for the node's 4 tasks: 1.5 each, so 1
+    ({'MLIMAGES_LOCAL_TASKS': '4', 'MLIMAGES_CPU_SET_TASKS': '1'}, 6.0, (1, 4, 1,
+                                                                        'the launcher')),
+    # Slurm, 8 tasks on this node (node 1 of '4,8'), not bound: 2 each
+    ({'SLURM_PROCID': '5', 'SLURM_STEP_TASKS_PER_NODE': '4,8', 'SLURM_NODEID': '1'}, None,
+     (2, 8, 8, 'Slurm')),
+    # ... bound by srun to its own CPUs: what it sees
+    ({'SLURM_PROCID': '5', 'SLURM_STEP_TASKS_PER_NODE': '8(x2)', 'SLURM_NODEID': '1',
+      'SLURM_CPU_BIND_TYPE': 'mask_cpu:'}, None, (16, 8, 1, 'Slurm')),
+])
+def test_cpu_share(tmp_path, monkeypatch, environ, quota, want):
+    root = write_cgroup(tmp_path, {'cpu.max': '%d 100000' % (quota * 100000)}
+                        if quota else {})
+    share = devices.cpu_share(environ, root, allowed=16)
+    assert (share.cores, share.local_tasks, share.set_tasks, share.source) == want
+    threads = devices.share_threads(share, 0, 3, 0)  # --intra_op_threads=3 given
+    assert threads == ((share.cores, 3, share.cores) if share.cores < 16 else (0, 3, 0))
+
+
+def test_the_share_line_and_the_launchers_partition():
+    share = devices.Share(2, 8, 6.0, 3, 1, 'the launcher')
+    assert devices.describe_share(share, 2, 2, 2) == (
+        'CPU share: 2 cores of the 8 this process may run on, cgroup quota 6 cores, 3 local '
+        'tasks (1 on its CPUs; from the launcher); threads: inter-op 2, intra-op 2, tf.data '
+        'pool 2')
+    assert devices.describe_share(devices.Share(4, 4, None, 1, 1, None), 0, 0, 0) == (
+        'CPU share: 4 cores of the 4 this process may run on, 1 local task; threads: '
+        'inter-op default, intra-op default, tf.data pool shared')
+    assert devices.partition_cpus({0, 1, 2, 3, 4}, 2) == [{0, 1, 2}, {3, 4}]
+    assert devices.partition_cpus({4, 6}, 2) == [{4}, {6}]

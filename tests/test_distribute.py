@@ -409,14 +409,21 @@ from mlimages.run import training
 
 F = flags_lib.FLAGS
 F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.01',
-   '--log_interval=1', '--snapshot=100', '--max_iter=2', '--data_format=NHWC',
+   '--log_interval=2', '--snapshot=100', '--max_iter=3', '--data_format=NHWC',
    '--visiable_gpu=-1', '--use_synthetic_data', '--batch_size=2', '--num_gpus=2',
    '--model_dir=' + sys.argv[1]])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
 opts = flags_lib.options(F)
 estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
 estimator._session_config.device_count['CPU'] = 2
-estimator.train(training.training_input_fn(opts, []), max_steps=2)
+sys.path.insert(0, 'tests')
+from helpers import RunCounter
+from mlimages.run import hooks
+from tensorflow.python.client import session as session_lib
+counter, tracker = RunCounter(), hooks.StepTracker()
+session_lib.BaseSession.run = counter.wrap(session_lib.BaseSession.run)
+estimator.train(training.training_input_fn(opts, []), max_steps=3, hooks=[counter, tracker])
+print(counter.per_step(), tracker.last_step)
 print(estimator.get_variable_value('global_step'),
       int(estimator.get_variable_value('pos_count').sum()))
 '''
@@ -424,10 +431,15 @@ print(estimator.get_variable_value('global_step'),
 
 def test_synthetic_data_on_two_replicas(tmp_path):
     """--use_synthetic_data with --num_gpus=2 (2 logical CPUs): the shape-only batch splits
-    over the replicas, each draws its own images, and the step trains."""
-    out = run_child(SYNTHETIC_CHILD, str(tmp_path / 'model')).stdout.split()
+    over the replicas, each draws its own images, and the step trains. The step tracker
+    reads the global step after the step (hooks.publish_step_after, from the first
+    replica's copy) from the step's own run: one session.run a step but at the log steps
+    (--log_interval=2: the first; the Estimator's step-rate and summary hooks read it)."""
+    lines = run_child(SYNTHETIC_CHILD, str(tmp_path / 'model')).stdout.splitlines()
+    assert lines[-2] == '[3, 1] 3'
+    out = lines[-1].split()
     step, positives = int(out[-2]), int(out[-1])
-    assert step == 2
+    assert step == 3
     assert positives > 0  # labels drawn on the replicas reached the loss counters
 
 

@@ -1,5 +1,6 @@
 """hooks.py: the interval log line (images/s, the job's rate, the ETA from the job's rate)
-and the step a failure is reported at, with a fake clock and a real session."""
+the step a failure is reported at and the stop at the last global step, with a fake clock
+and a real session; a step is one session.run."""
 import re
 
 import pytest
@@ -7,6 +8,7 @@ import tensorflow.compat.v1 as tf
 
 from mlimages.run import hooks
 import train  # noqa: F401 (graph mode, as train.py runs)
+from helpers import RunCounter
 
 
 def run_steps(monkeypatch, steps, global_advance, seconds, job, max_steps=100):
@@ -19,6 +21,7 @@ def run_steps(monkeypatch, steps, global_advance, seconds, job, max_steps=100):
     with tf.Graph().as_default():
         step = tf.train.get_or_create_global_step()
         advance = tf.assign_add(step, global_advance)
+        hooks.publish_step_after(advance)
         hook = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=2,
                                      max_steps=max_steps, images_per_global_step=8,
                                      worker_name='worker:0', job=job)
@@ -49,6 +52,7 @@ def test_step_tracker_names_the_step_that_failed():
     with tf.Graph().as_default():
         step = tf.train.get_or_create_global_step()
         advance = tf.assign_add(step, 1)
+        hooks.publish_step_after(advance)
         tracker = hooks.StepTracker()
         fail = tf.debugging.check_numerics(tf.constant(float('nan')), 'boom')
         with tf.train.MonitoredSession(hooks=[tracker]) as session:
@@ -114,6 +118,7 @@ def test_the_interval_line_names_a_step_slower_than_10x_the_median_in_a_job(
     monkeypatch.setattr(hooks.tf.logging, 'info', lambda fmt, *a: lines.append(fmt % a))
     with tf.Graph().as_default():
         advance = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+        hooks.publish_step_after(advance)
         hook = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=7,
                                      worker_name='chief:0', job=job)
         timer = StepTime(clock, [0.5] * 6 + [slow])
@@ -124,3 +129,32 @@ def test_the_interval_line_names_a_step_slower_than_10x_the_median_in_a_job(
     note = '; slowest step %.1f s = %.0fx the median 0.500 s: a slow task of the job' % (
         slow, slow / 0.5)
     assert line.endswith(note) == noted, line
+
+
+def test_a_step_is_one_run_and_the_stop_sees_the_step_after_its_update(monkeypatch):
+    """The tracker, the log line (every 2nd step) and the stop at global step 5 fetch the
+    global step after the step's update from the step's own run: one session.run a step.
+    The global step advances 2 a step (as with other ps workers): the values after the
+    steps are 2, 4, 6, so the third step stops the run (a read before the update, 4, would
+    not have)."""
+    from tensorflow.python.client import session as session_lib
+    counter = RunCounter()
+    monkeypatch.setattr(session_lib.BaseSession, 'run', counter.wrap(session_lib.BaseSession.run))
+    with tf.Graph().as_default():
+        advance = tf.assign_add(tf.train.get_or_create_global_step(), 2)
+        hooks.publish_step_after(advance)
+        tracker = hooks.StepTracker()
+        log = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=2)
+        with tf.train.MonitoredSession(hooks=[counter, tracker, log,
+                                              hooks.StopAtGlobalStepHook(5)]) as session:
+            while not session.should_stop():
+                session.run(advance)
+    assert counter.per_step() == [1, 1] and len(counter.marks) == 3
+    assert tracker.last_step == 6 and tracker.failed_step == 7
+
+
+def test_hooks_need_the_published_step():
+    with tf.Graph().as_default():
+        tf.train.get_or_create_global_step()
+        with pytest.raises(ValueError, match='publish_step_after'):
+            hooks.StepTracker().begin()

@@ -128,6 +128,19 @@ def test_each_training_task_gets_its_own_gpus_ps_and_evaluator_none():
     assert launcher.flag_value(['--num_gpus=2'], 'num_gpus', '1') == '2'
 
 
+def test_each_task_is_pinned_to_cpus_of_its_own_when_there_are_enough():
+    own = os.sched_getaffinity(0)
+    names = ['task:%d' % i for i in range(len(own))]
+    cpus, env = launcher.cpu_plan(names)
+    assert sorted(min(c) for c in cpus.values()) == sorted(own)
+    assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own)), 'MLIMAGES_CPU_SET_TASKS': '1'}
+    cpus, env = launcher.cpu_plan(names + ['one:0'])  # one too many: none pinned
+    assert set(cpus.values()) == {None}
+    assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own) + 1),
+                   'MLIMAGES_CPU_SET_TASKS': str(len(own) + 1)}
+    assert launcher.cpu_ranges({0, 1, 2, 5, 7, 8}) == '0-2,5,7-8'
+
+
 @pytest.mark.parametrize('args,fragment', [
     (['--workers', '0'], '--workers must be >= 1'),
     (['--ps', '0'], '--distribution=ps needs --ps >= 1'),
@@ -196,6 +209,18 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
         assert files_read(f.read().splitlines()) == worker
     assert [l for l in launch.task_lines('worker:0') if ' step ' in l and 'images/s' in l]
     assert any('whole job' in l and 'whole run' in l for l in launch.task_lines('chief:0'))
+    # Each task pinned to CPUs of its own if there are enough (the launcher's line), and
+    # each says its share.
+    cpus, env = launcher.cpu_plan(['chief:0', 'worker:0', 'ps:0', 'ps:1', 'evaluator:0'])
+    assert ('CPUs (affinity; each task sizes its threads to its share): ' + (
+        'chief:0 %s, ' % launcher.cpu_ranges(cpus['chief:0']) if cpus['chief:0'] else
+        'not pinned')) in launch.text
+    for task in ('chief:0', 'worker:0', 'ps:0', 'evaluator:0'):
+        sees = len(cpus[task] or os.sched_getaffinity(0))
+        share = [l for l in launch.task_lines(task) if 'CPU share: ' in l]
+        assert len(share) == 1 and '5 local tasks (%s on its CPUs; from the launcher)' % (
+            env['MLIMAGES_CPU_SET_TASKS']) in share[0], share
+        assert 'of the %d this process may run on' % sees in share[0], share
     # The ps task ends by itself once the chief and the worker are done.
     assert re.search(r'ps:0 \(pid \d+\) exited with status 0$', launch.text, re.M), launch.text
     # Only the chief writes checkpoints and summaries, in model_dir.

@@ -1,5 +1,6 @@
-"""Tests of model_fn.py: the graph of every --dtype builds and trains (conftest's `shards`:
-7 classes)."""
+"""Tests of model_fn.py: the graph of every --dtype builds and trains, and a non-finite loss
+fails its step before the apply, the gradients not waiting on the check (conftest's
+`shards`: 7 classes)."""
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
@@ -55,13 +56,37 @@ def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
             assert sess.run(step) == 2
             assert np.all(np.isfinite(losses))
             assert np.any(sess.run('logits/dense/kernel:0') != before)
+            check_gates_the_apply_only(sess, spec.train_op, step)
+
+
+def check_gates_the_apply_only(sess, train_op, step):
+    """A non-finite loss (fed to the finite check) fails the step with model_fn's
+    diagnosis before any variable changes, while no gradient waits on the check."""
+    check, = [op for op in tf.get_default_graph().get_operations()
+              if op.type == 'CheckNumerics' and
+              op.get_attr('message').decode() == model_fn.NON_FINITE_LOSS]
+    waiting = set()
+    todo = [check]
+    while todo:
+        op = todo.pop()
+        for after in [c for t in op.outputs for c in t.consumers()] + op._control_outputs:
+            if after not in waiting:
+                waiting.add(after)
+                todo.append(after)
+    assert not [op.name for op in waiting if op.name.startswith('gradients/')]
+    assert any('Apply' in op.type for op in waiting)
+    kernel, at = sess.run(['logits/dense/kernel:0', step])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=model_fn.NON_FINITE_LOSS):
+        sess.run(train_op, {check.inputs[0]: float('nan')})
+    np.testing.assert_array_equal(sess.run('logits/dense/kernel:0'), kernel)
+    assert sess.run(step) == at
 
 
 def test_training_graph_grows_linearly_with_replicas():
     """tools/graph_size.py's real training graph (training.make_estimator, MirroredStrategy
     over 1, 2 and 4 logical CPUs): at most 1.2 x linear in bytes, and the control inputs
-    linear, the gradient ops' and all of them -- each replica's gradients wait on its own
-    finite check only, on no batch-norm update (waiting on the whole UPDATE_OPS collection,
+    linear, the gradient ops' and all of them -- each replica's gradients wait on no
+    finite check (the apply does, through the learning rate) and on no batch-norm update (waiting on the whole UPDATE_OPS collection,
     which under a strategy holds every replica's updates built so far, made the gradients'
     x2.5 and x4.3 at 2 and 4 replicas), and the optimizer groups the updates of every
     device once (TensorFlow's own grouped them again for each device: ResNet-101's 12,573

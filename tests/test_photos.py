@@ -9,6 +9,7 @@ import pytest
 
 from helpers import ROOT
 from mlimages.bench import photos
+from mlimages.distributed import devices
 
 
 def numpy_crop_sizes(height, width, samples, area=(0.7, 1.0), aspect=(0.75, 1.33),
@@ -74,6 +75,17 @@ def test_eval_and_inference_windows_closed_form():
     assert rows[(224, 0)] == (0.0, 0.0)
 
 
+def test_the_per_process_layout_gets_the_box_over_the_gpus_and_needs_rate_per_core():
+    class Measured(object):
+        name, rates, cores = 'cpu photos', [300.0], [2.0]  # 150 images/s a core
+    share = devices.Share(4, 16, 8.0, 1, 1, None)  # 16 CPUs, a quota of 8 cores
+    one, eight = photos.process_layout([Measured()], 1500.0, share)
+    assert one == ('  one process a GPU, 1 on this box: each gets 8.00 cores (8 / 1); each '
+                   'needs: cpu photos 10.0 (short 1.2x)')
+    assert eight.startswith('  one process a GPU, 8 on this box: each gets 1.00 cores '
+                            '(8 / 8); each needs: cpu photos 10.0 (short 10.0x)')
+
+
 def test_stored_shapes_keep_the_aspect_with_short_side_n():
     for name, aspect in photos.ASPECTS:
         for n in (224, 320, 640):
@@ -106,6 +118,7 @@ def test_photos_benchmark_runs_end_to_end(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     for text in ('cpu photos@300', 'device imagenet@300', 'images/s/core',
-                 'cores needed to feed 1 and 8 GPUs at 2375', 'photos / photos@300'):
+                 'cores needed to feed 1 and 8 GPUs at 2375', 'photos / photos@300',
+                 'one process a GPU, 8 on this box: each gets '):
         assert text in result.stdout, (text, result.stdout)
     assert os.path.isdir(str(tmp_path / 'photos_short300' / 'train'))

@@ -1,5 +1,6 @@
 """training.py's own decisions, in process: what the first log lines say of the global batch
-and the epochs."""
+and the epochs; and a real run's session.run calls a step."""
+import json
 import os
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from mlimages.distributed import devices, distribute
 import file_db
 from mlimages.run import training
-from helpers import options
+from helpers import ENV, options, run_program
 
 
 def test_the_epochs_max_iter_makes(tmp_path):
@@ -47,3 +48,23 @@ def test_layout_and_input_gradient_for_the_gpus_seen(monkeypatch, tmp_path, gpus
     assert opts.data_format == 'auto'
     assert training.data_format(opts) == layout
     assert training.model_run(opts, layout).cpu_input_grad is cpu_input_grad
+
+
+def test_a_training_step_is_one_session_run(tmp_path):
+    """A real run (train.py's hooks, the Estimator's MonitoredSession, --log_interval=2):
+    from each step's start to the next's the process makes one tf.Session.run, three at the
+    steps where the Estimator's summary and step-rate hooks (every 2 steps from the first)
+    read the global step themselves. The step tracker's read and TensorFlow's checkpoint
+    saver's after every step (and the log line's) made them 5, 4, 5, 4, 5."""
+    runs = str(tmp_path / 'runs.json')
+    model_dir = str(tmp_path / 'model')
+    result = run_program('tests/gated_train.py', '--use_synthetic_data', '--class_num=5',
+                         '--resnet_size=18', '--image_size=32', '--batch_size=2',
+                         '--max_iter=6', '--log_interval=2', '--snapshot=100',
+                         '--data_format=NHWC', '--model_dir=' + model_dir,
+                         '--log_dir=' + os.path.join(model_dir, 'log'),
+                         env=dict(ENV, TRAIN_TEST_RUNS=runs))
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(runs) as f:
+        assert json.load(f) == [3, 1, 3, 1, 3]
+    assert 'Saving checkpoints for 6 into' in result.stderr  # the end's checkpoint

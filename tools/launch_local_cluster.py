@@ -60,6 +60,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from mlimages import errors
 from mlimages.config import startup
 from mlimages.cli import ports as ports_lib
+from mlimages.distributed import devices
 
 PROGRAM = 'launch_local_cluster.py'
 
@@ -84,6 +85,46 @@ def die_with_parent():
         if os.getppid() != parent:
             os._exit(1)
     return preexec
+
+
+def pinned(preexec, cpus):
+    """preexec, then (in the child, before train.py starts) affinity to `cpus` if given."""
+    if not cpus:
+        return preexec
+
+    def both():
+        if preexec:
+            preexec()
+        os.sched_setaffinity(0, cpus)
+    return both
+
+
+def cpu_plan(names):
+    """({task name: its CPUs, or None}, the environment every task gets): the launcher's
+    CPUs (sched_getaffinity) split among the tasks (devices.partition_cpus) when each can
+    have one of its own and the OS pins processes, else none pinned; with how many tasks
+    share the node (its cgroup quota) and each one's CPUs, for devices.cpu_share."""
+    count = str(len(names))
+    try:
+        own = os.sched_getaffinity(0)
+    except AttributeError:  # no affinity on this OS
+        own = ()
+    if len(own) < len(names):  # pinned, two tasks on one CPU wait for each other's bursts
+        return {name: None for name in names}, {devices.LOCAL_TASKS_ENV: count,
+                                                devices.CPU_SET_TASKS_ENV: count}
+    return dict(zip(names, devices.partition_cpus(own, len(names)))), {
+        devices.LOCAL_TASKS_ENV: count, devices.CPU_SET_TASKS_ENV: '1'}
+
+
+def cpu_ranges(cpus):
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    found, cpus = [], sorted(cpus)
+    for cpu in cpus:
+        if found and cpu == found[-1][1] + 1:
+            found[-1][1] = cpu
+        else:
+            found.append([cpu, cpu])
+    return ','.join('%d' % a if a == b else '%d-%d' % (a, b) for a, b in found)
 
 
 def make_cluster(workers, ps, host='127.0.0.1', ports=None):
@@ -195,8 +236,9 @@ DIE_WITH_PARENT = die_with_parent()
 class Task(object):
     """One process of the cluster, started and restarted with the same TF_CONFIG."""
 
-    def __init__(self, task_type, index, command, env, console):
+    def __init__(self, task_type, index, command, env, console, cpus=None):
         self.type, self.index, self.command, self.env = task_type, index, command, env
+        self.cpus = cpus  # the CPUs it is pinned to, None: not pinned
         self.name = '%s:%d' % (task_type, index)
         self.process, self.restarts, self.returncode = None, 0, None
         self._console = console
@@ -216,7 +258,7 @@ class Task(object):
         self.process = subprocess.Popen(
             self.command, env=self.env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=DIE_WITH_PARENT)
+            preexec_fn=pinned(DIE_WITH_PARENT, self.cpus))
         self._console.say('started %s, pid %d' % (self.name, self.process.pid))
         self._reader = threading.Thread(target=self._stream, args=(self.process,),
                                         daemon=True)
@@ -419,15 +461,21 @@ def main(argv=None):
     tasks = []
     names = task_names(cluster) + ([('evaluator', 0)] if args.evaluator else [])
     gpus = task_gpus(names, gpus_per_task, args.evaluator_gpus, gpu_list(os.environ))
+    cpus, share_env = cpu_plan(['%s:%d' % n for n in names])
     for task_type, index in names:
+        name = '%s:%d' % (task_type, index)
         env = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, index),
-                   CUDA_VISIBLE_DEVICES=gpus['%s:%d' % (task_type, index)])
-        tasks.append(Task(task_type, index, command, env, console))
+                   CUDA_VISIBLE_DEVICES=gpus[name], **share_env)
+        tasks.append(Task(task_type, index, command, env, console, cpus[name]))
 
     say('cluster %s (%s); every task runs: %s' % (
         json.dumps(cluster), args.distribution, ' '.join(command)))
     say('GPUs (CUDA_VISIBLE_DEVICES): %s' % ', '.join(
         '%s %s' % (name, value or 'none') for name, value in gpus.items()))
+    say('CPUs (affinity; each task sizes its threads to its share): %s' % (', '.join(
+        '%s %s' % (name, cpu_ranges(c)) for name, c in cpus.items()) if any(cpus.values())
+        else 'not pinned (fewer than one a task, or no affinity on this OS): the %s tasks '
+        'share them' % share_env[devices.LOCAL_TASKS_ENV]))
     say('isolated: the cluster runs in its own network namespace (loopback only)'
         if in_namespace else 'warning: ' + SECURITY_NOTE)
 

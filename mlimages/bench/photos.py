@@ -15,6 +15,10 @@ input_fn(device) read each, in turns as benchmark.py measures; reported per vari
     CPU ms per image   = CPU time / images
     cores for G GPUs   = G * --gpu_rate / (images/s per core)
 
+and the layout of one process a GPU on this box (docs/gpu.md's for 8 GPUs): each of G
+processes gets min(A, Q) / G cores (A: the CPUs this process may run on, Q: its cgroup
+quota; devices.cpu_share) and needs --gpu_rate / (images/s per core).
+
 --cost_sides N1,N2,...: instead, the CPU ms per image of input_fn (both augment_on
 modes) on the photo shards converted to each N, next to the originals.
 
@@ -213,9 +217,25 @@ def speed_table(measured, sizes, gpu_rate):
             float(np.median(m.cpu_ms)), gpu_rate / rate, 8 * gpu_rate / rate))
     lines.append('  capacity: cores needed to feed 1 and 8 GPUs at %.0f images/s per GPU '
                  '(--gpu_rate) = GPUs x rate / (images/s per core)' % gpu_rate)
+    lines.extend(process_layout(measured, gpu_rate, devices.cpu_share()))
     lines.append('  stored: ' + ', '.join('%s %.1f MB (%.0f KB a record)' % (
         name, b / 1e6, b / n / 1e3) for name, (b, n) in sizes.items()))
     return '\n'.join(lines)
+
+
+def process_layout(measured, gpu_rate, share, gpus=(1, 8)):
+    """Lines: for one process a GPU with G of them on this box, the cores each gets (the
+    box's min(A, Q) / G) against what each variant needs to feed its GPU."""
+    box = min(share.allowed, share.quota or share.allowed)
+    lines = []
+    for count in gpus:
+        gets = box / count
+        needs = ', '.join('%s %.1f%s' % (m.name, gpu_rate / per_core(m), ' (short %.1fx)' % (
+            gpu_rate / per_core(m) / gets) if gpu_rate / per_core(m) > gets else '')
+            for m in measured)
+        lines.append('  one process a GPU, %d on this box: each gets %.2f cores (%.3g / %d); '
+                     'each needs: %s' % (count, gets, box, count, needs))
+    return lines
 
 
 def ratio(measured, numerator, denominator):

@@ -26,8 +26,22 @@ unless the environment has them, and leaves the pools to TensorFlow; off sets ne
 In every mode a process that may use a GPU also gets NVIDIA's other environment settings
 that TensorFlow 2.15 still reads (config/gpu_env.py: each, its source and its off switch);
 a variable the environment already has keeps its value.
+
+The process's CPU share (cpu_share), C above: several processes on one node (one a GPU,
+a local cluster, a Slurm step) would each size TensorFlow's pools and tf.data's AUTOTUNE to
+the whole box. Of the A CPUs it may run on (sched_getaffinity), shared by the S tasks
+pinned to the same set, and the cgroup's CPU quota Q (cpu.max, v2; cpu.cfs_quota_us /
+cpu.cfs_period_us, v1), shared by the L tasks of the node:
+  share C = max(1, floor(min(A / S, Q / L)))
+S and L: MLIMAGES_CPU_SET_TASKS and MLIMAGES_LOCAL_TASKS (tools/launch_local_cluster.py
+sets them, having pinned each task to CPUs of its own where there are enough); else under Slurm L =
+the step's tasks on this node (SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID) and S = L, or 1
+when srun binds each task to its CPUs (SLURM_CPU_BIND_TYPE other than none); else 1.
 """
+import collections
+import math
 import os
+import re
 
 from mlimages.config import gpu_env
 
@@ -103,7 +117,7 @@ def choose(visiable_gpu, num_gpus, tf_gpu_thread_mode='off', environ=None, cores
         made[GPU_ENV] = gpus
     made[GROWTH_ENV] = 'true'
     thread_env, inter_op, private = gpu_thread_plan(
-        tf_gpu_thread_mode, num_gpus, cores or usable_cores())
+        tf_gpu_thread_mode, num_gpus, cores or cpu_share().cores)
     settings = dict(gpu_env.SETTINGS)
     if tf_gpu_thread_mode == 'auto':  # a default: the environment's own values win
         settings.update(thread_env)
@@ -160,4 +174,97 @@ def describe_decode_threads(num_preprocess_threads, cores=None):
     if num_preprocess_threads > 0:
         return '%d parallel decodes (--num_preprocess_threads)' % num_preprocess_threads
     return ('parallel decodes AUTOTUNE (tf.data sizes them to the host, up to its %d cores; '
-            '--num_preprocess_threads=N pins them)' % (cores or usable_cores()))
+            '--num_preprocess_threads=N pins them)' % (cores or cpu_share().cores))
+
+
+LOCAL_TASKS_ENV = 'MLIMAGES_LOCAL_TASKS'
+CPU_SET_TASKS_ENV = 'MLIMAGES_CPU_SET_TASKS'
+CGROUP_ROOT = '/sys/fs/cgroup'
+
+# cores: the share C; allowed: A; quota: Q (None without); local_tasks: L; set_tasks: S;
+# source: where L and S come from, for the log.
+Share = collections.namedtuple('Share', 'cores allowed quota local_tasks set_tasks source')
+
+
+def cgroup_quota(root=CGROUP_ROOT):
+    """The CPU quota of the cgroup at `root` in cores (a float), None without one."""
+    def read(name):
+        try:
+            with open(os.path.join(root, name)) as f:
+                return f.read().split()
+        except (OSError, ValueError):
+            return None
+    v2 = read('cpu.max')  # 'max 100000' or '<quota> <period>'
+    pair = v2 if v2 else [(read(os.path.join('cpu', n)) or ['-1'])[0]
+                          for n in ('cpu.cfs_quota_us', 'cpu.cfs_period_us')]
+    try:
+        quota, period = int(pair[0]), int(pair[1])
+    except (ValueError, IndexError):
+        return None  # 'max', or no file
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def slurm_node_tasks(environ):
+    """This Slurm step's tasks on this node (SLURM_STEP_TASKS_PER_NODE, e.g. '4(x2),3', at
+    SLURM_NODEID), 0 outside a step."""
+    per_node = []
+    for part in environ.get('SLURM_STEP_TASKS_PER_NODE', '').split(','):
+        match = re.match(r'^(\d+)(?:\(x(\d+)\))?$', part.strip())
+        if match:
+            per_node += [int(match.group(1))] * int(match.group(2) or 1)
+    node = int(environ.get('SLURM_NODEID', '0') or 0)
+    return per_node[node] if 'SLURM_PROCID' in environ and node < len(per_node) else 0
+
+
+def cpu_share(environ=None, cgroup_root=CGROUP_ROOT, allowed=None):
+    """This process's Share of the node's CPUs (see the module docstring)."""
+    environ = os.environ if environ is None else environ
+    allowed = allowed or usable_cores()
+    if environ.get(LOCAL_TASKS_ENV):
+        local = int(environ[LOCAL_TASKS_ENV])
+        same_set = int(environ.get(CPU_SET_TASKS_ENV) or local)
+        source = 'the launcher'
+    elif slurm_node_tasks(environ) > 1:
+        local = slurm_node_tasks(environ)
+        bound = environ.get('SLURM_CPU_BIND_TYPE', 'none').split(':')[0] not in ('', 'none')
+        same_set, source = (1 if bound else local), 'Slurm'
+    else:
+        local, same_set, source = 1, 1, None
+    quota = cgroup_quota(cgroup_root)
+    cores = min(allowed / max(1, same_set), quota / max(1, local) if quota else allowed)
+    return Share(max(1, int(cores)), allowed, quota, local, same_set, source)
+
+
+def divided(share):
+    """A share below the CPUs the process sees (TensorFlow sizes its pools to those)."""
+    return share.cores < share.allowed
+
+
+def share_threads(share, inter_op, intra_op, private):
+    """The inter-op, intra-op and tf.data private pool threads (0 = not given): those not
+    given sized to a divided share (also AUTOTUNE's bound: tf.data's parallelism stays
+    within its pool); else as given (TensorFlow sizes them to the CPUs it sees)."""
+    if not divided(share):
+        return inter_op, intra_op, private
+    return inter_op or share.cores, intra_op or share.cores, private or share.cores
+
+
+def describe_share(share, inter_op, intra_op, private):
+    """The log's one line on the CPU share and the thread counts in force (0: TF's)."""
+    tasks = '%d local task%s' % (share.local_tasks, '' if share.local_tasks == 1 else 's')
+    if share.source:
+        tasks += ' (%d on its CPUs; from %s)' % (share.set_tasks, share.source)
+    return ('CPU share: %d core%s of the %d this process may run on%s, %s; threads: inter-op '
+            '%s, intra-op %s, tf.data pool %s' % (
+                share.cores, '' if share.cores == 1 else 's', share.allowed,
+                ', cgroup quota %.3g cores' % share.quota if share.quota else '', tasks,
+                inter_op or 'default', intra_op or 'default', private or 'shared'))
+
+
+def partition_cpus(cpus, tasks):
+    """`tasks` (at most len(cpus)) contiguous blocks of the sorted `cpus`, of len(cpus) //
+    tasks CPUs (the first ones a CPU more when they do not divide)."""
+    cpus = sorted(cpus)
+    size, extra = divmod(len(cpus), tasks)
+    starts = [i * size + min(i, extra) for i in range(tasks + 1)]
+    return [set(cpus[starts[i]:starts[i + 1]]) for i in range(tasks)]

@@ -388,17 +388,6 @@ def own_update_ops(start):
     return tf.get_collection(tf.GraphKeys.UPDATE_OPS)[start:]
 
 
-def gradient_seed(check, loss):
-    """The seed of the gradients of `loss` (d loss / d loss = 1, what tf.gradients starts
-    from by default) made to wait on `check`: every gradient is computed from it, so none
-    before the check has run -- one control input a replica. (Gating each gradient took
-    one a variable; gating the apply, which under a strategy runs in a merge_call that
-    takes the control dependencies of every replica, R x R.) Through the all-reduce the
-    apply still waits on every replica's check."""
-    with tf.control_dependencies([check]):
-        return tf.ones_like(loss)
-
-
 class FinishOnce(object):
     """Optimizer mixin: the variable updates of every device grouped once. Under
     MirroredStrategy TensorFlow's Optimizer._distributed_apply calls _finish once per

@@ -17,6 +17,13 @@ with K asynchronous workers K times this worker's). At the end one more line giv
 over the whole run. In a cluster job the line says when a step of the interval took more
 than SLOW_FACTOR times the median step (of the last 100, once there are 5): in a
 synchronous job every step waits for the slowest task.
+
+A training step is one session.run (but for a checkpoint's save, the Estimator's summary
+and step-rate hooks at their steps, and its check at the last step): these hooks read the
+global step as it is after the step's own update from a fetch of that same run
+(`publish_step_after`: a read that waits on the train op). The tracker's read after each
+step and TensorFlow's checkpoint saver's (CheckpointSaverHook) were two more round trips a
+step, to the ps tasks in a ps job.
 """
 import statistics
 import time
@@ -25,6 +32,28 @@ import tensorflow.compat.v1 as tf
 from mlimages.errors import RestartLoop
 
 SLOW_FACTOR = 10
+# The graph collection of the global step read after the train op (publish_step_after).
+STEP_AFTER = 'mlimages_global_step_after_step'
+
+
+def publish_step_after(train_op):
+    """The global step read after `train_op` in the same run, for the hooks to fetch:
+    this step's increment included (and any other ps worker's that landed before the
+    read), never the value before it. Under a strategy each replica publishes its own
+    copy's read (every copy is incremented in the step); the hooks fetch the first."""
+    with tf.control_dependencies([train_op]):
+        value = tf.identity(tf.train.get_global_step().read_value())
+    tf.add_to_collection(STEP_AFTER, value)
+    return value
+
+
+def step_after():
+    """The tensor publish_step_after put in this graph; raises ValueError without one."""
+    found = tf.get_collection(STEP_AFTER)
+    if not found:
+        raise ValueError('the training graph has no global step read after its train op '
+                         '(model_fn calls hooks.publish_step_after)')
+    return found[0]
 
 
 class TrainingLogHook(tf.train.SessionRunHook):
@@ -42,6 +71,7 @@ class TrainingLogHook(tf.train.SessionRunHook):
 
     def begin(self):
         self._global_step = tf.train.get_global_step()
+        self._step_after = step_after()
         self._iter = 0
         self._values = None  # until a step completes
         self._durations, self._slowest = [], 0.0
@@ -58,19 +88,20 @@ class TrainingLogHook(tf.train.SessionRunHook):
         # batch and advance the loss counters).
         self._iter += 1
         self._step_start = time.time()
-        return tf.train.SessionRunArgs(self._tensors)
+        return tf.train.SessionRunArgs((self._tensors, self._step_after))
 
     def after_run(self, run_context, run_values):
-        self._values = run_values.results
+        self._values, step = run_values.results
+        self._global = max(self._global, int(step))
         duration = time.time() - self._step_start
         self._slowest = max(self._slowest, duration)
         self._durations = (self._durations + [duration])[-100:]
         if self._iter % self._every_n == 0:
-            self._log(run_context.session)
+            self._log()
 
     def end(self, session):
         if self._iter != self._last_iter and self._values is not None:
-            self._log(session)
+            self._log()
         elapsed = time.time() - self._start
         tf.logging.info('throughput %s, whole run: %s over %.1f s (%d steps of this worker, '
                         'global step %d -> %d)', self._worker,
@@ -82,11 +113,11 @@ class TrainingLogHook(tf.train.SessionRunHook):
         return 'this worker %.1f images/s, whole job %.1f images/s' % (
             steps * self._images / elapsed, global_steps * self._global_images / elapsed)
 
-    def _log(self, session):
+    def _log(self):
         now = time.time()
         steps = self._iter - self._last_iter
         elapsed = max(now - self._last_time, 1e-9)
-        step = self._global = max(self._global, int(session.run(self._global_step)))
+        step = self._global
         text = ', '.join('%s = %.6g' % (k, v) for k, v in sorted(self._values.items()))
         rate = steps / elapsed
         line = 'step %d: %s (%.1f images/s, %.3f s/step' % (
@@ -113,21 +144,25 @@ class TrainingLogHook(tf.train.SessionRunHook):
 
 
 class StepTracker(tf.train.SessionRunHook):
-    """Remembers the global step after the last completed step; a failure is at the next."""
+    """Remembers the global step after the last completed step; a failure is at the next.
+    The value after a step is the step's own fetch of publish_step_after's read (a plain
+    fetch of the variable may see it before or after the increment)."""
 
     def __init__(self):
         self.last_step = None
 
     def begin(self):
         self._global_step = tf.train.get_global_step()
+        self._step_after = step_after()
 
     def after_create_session(self, session, coord):
         self.last_step = session.run(self._global_step)
 
+    def before_run(self, run_context):
+        return tf.train.SessionRunArgs(self._step_after)
+
     def after_run(self, run_context, run_values):
-        # A separate read: a fetch in the step itself may see the value before or after
-        # the increment.
-        self.last_step = run_context.session.run(self._global_step)
+        self.last_step = int(run_values.results)
 
     @property
     def failed_step(self):
@@ -181,18 +216,44 @@ class RestartLimitHook(tf.train.SessionRunHook):
 
 
 class StopAtGlobalStepHook(tf.train.SessionRunHook):
-    """Asynchronous training (ps): after every step re-reads the global step, which the
-    other workers advance too, and stops once it reaches last_step. The Estimator's own
-    hook extrapolates from the step it fetched and so runs late when other workers step
-    in between; with this one a worker overshoots only with a step it started while
-    another worker's was in flight (at most workers - 1 steps past last_step in all)."""
+    """Asynchronous training (ps): stops once the global step, which the other workers
+    advance too, has reached last_step, as read after this worker's own update in the same
+    run (publish_step_after). The Estimator's own hook extrapolates from the value before
+    the step and so runs late when other workers step in between; with this one a worker
+    overshoots only with a step it started while another worker's was in flight: a step
+    past last_step reads at least last_step + 1 and stops its worker, so each of the other
+    workers - 1 adds at most one (at most workers - 1 steps past last_step in all)."""
 
     def __init__(self, last_step):
         self._last_step = last_step
 
     def begin(self):
-        self._global_step = tf.train.get_global_step()
+        self._step_after = step_after()
+
+    def before_run(self, run_context):
+        return tf.train.SessionRunArgs(self._step_after)
 
     def after_run(self, run_context, run_values):
-        if run_context.session.run(self._global_step) >= self._last_step:
+        if run_values.results >= self._last_step:
             run_context.request_stop()
+
+
+class CheckpointSaverHook(tf.train.CheckpointSaverHook):
+    """TensorFlow's checkpoint saver, deciding from the global step after the step
+    (publish_step_after). TensorFlow's own assumes that a run may hold up to 1,000,000
+    steps (its _steps_per_run, for TPU loops) and so re-reads the global step after every
+    step; this one saves at the same steps (every save_steps, and at the end) without."""
+
+    def begin(self):
+        super().begin()
+        self._step_after = step_after()
+
+    def before_run(self, run_context):
+        return tf.train.SessionRunArgs(self._step_after)
+
+    def after_run(self, run_context, run_values):
+        step = int(run_values.results)
+        if self._timer.should_trigger_for_step(step):
+            self._timer.update_last_triggered_step(step)
+            if self._save(run_context.session, step):
+                run_context.request_stop()

@@ -97,6 +97,27 @@ def make_optimizer(name, lr, momentum):
     raise ValueError('optimizer must be mom or sgd, got %r' % (name,))
 
 
+def checked(lr, finite):
+    """The learning rate made to wait on the finite-loss check: every variable's update
+    reads it (and the global step's increment waits on them), so nothing changes before
+    the check -- one control input, while the backward pass runs on (the gradients
+    waiting on the check was a host round trip between the passes on a GPU). Under a
+    strategy the first replica's optimizer applies every replica's update with its rate:
+    the check is of the replicas' mean loss."""
+    with tf.control_dependencies([finite]):
+        return tf.identity(lr)
+
+
+def saver_hooks(opts, run, scaffold):
+    """The training chief's checkpoint saver (hooks.CheckpointSaverHook, every --snapshot
+    steps), which the Estimator then takes for its own; none in a collective job, whose
+    session adds TensorFlow's own whatever the spec holds."""
+    if run.stop_together:
+        return []
+    return [hooks.CheckpointSaverHook(opts.model_dir, save_steps=opts.snapshot,
+                                      scaffold=scaffold)]
+
+
 def hierarchy_masks(leaf_mask):
     """metrics.multilabel_metrics' class_masks for mAP_leaf and mAP_inner, or None."""
     if leaf_mask is None:
@@ -162,17 +183,19 @@ def resnet_model_fn(features, labels, mode, opts, run):
         cross_entropy, stats = tf.reduce_mean(per_image), {}
     else:
         cross_entropy, stats = loss_lib.cross_entropy_of(opts, labels, logits, update=training)
-    # With several replicas the step's cross_entropy is the mean over their batches (the
-    # loss of the global batch); the gradient comes from each replica's own.
-    reported_cross_entropy = distribute.all_reduce_mean(cross_entropy)
-    tf.summary.scalar('cross_entropy', reported_cross_entropy)
     trained = trained_variables(tf.trainable_variables(), model)
     # Over every trainable variable as the original: the frozen ones add only a constant.
     loss = cross_entropy + loss_lib.weight_decay_of(opts, tf.trainable_variables())
+    # With several replicas the step's cross_entropy is the mean over their batches (the
+    # loss of the global batch; the gradient comes from each replica's own), and so is the
+    # loss checked below: one all-reduce for both, and every replica sees the same check.
+    reported_cross_entropy, job_loss = tf.unstack(
+        distribute.all_reduce_mean(tf.stack([cross_entropy, loss])))
+    tf.summary.scalar('cross_entropy', reported_cross_entropy)
     # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
     # even the one saved at the end) can hold the broken weights. The histograms, which
     # reject NaN themselves, wait for this check: the same failure always gets its name.
-    finite = tf.debugging.check_numerics(loss, NON_FINITE_LOSS) if training else None
+    finite = tf.debugging.check_numerics(job_loss, NON_FINITE_LOSS) if training else None
     with tf.control_dependencies([finite] if training else []):
         for name, tensor in sorted(stats.items()):
             tf.summary.histogram(name, tf.identity(tensor))
@@ -184,14 +207,13 @@ def resnet_model_fn(features, labels, mode, opts, run):
         global_step = tf.train.get_or_create_global_step()
         lr = lr_schedule.learning_rate_of(opts, global_step)
         tf.summary.scalar('learning_rate', lr)
-        optimizer = make_optimizer(opts.optimizer, lr, opts.opt_momentum)
+        # This replica's batch-norm updates run in the same step beside the apply
+        # (distribute.own_update_ops: no gradient waits on them).
+        optimizer = make_optimizer(opts.optimizer, checked(lr, finite), opts.opt_momentum)
         optimizer = precision.wrap_optimizer(optimizer, opts.dtype)
-        # The gradients wait for the finite check (their seed does: distribute.gradient_seed);
-        # this replica's batch-norm updates run in the same step beside the apply
-        # (distribute.own_update_ops: no gradient waits on them). Both linear in the replicas.
-        gradients = optimizer.compute_gradients(
-            loss, var_list=trained, grad_loss=distribute.gradient_seed(finite, loss))
+        gradients = optimizer.compute_gradients(loss, var_list=trained)
         train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
+        hooks.publish_step_after(train_op)
         if run.stop_together:
             preemption.stop_agreement()
         logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
@@ -223,5 +245,6 @@ def resnet_model_fn(features, labels, mode, opts, run):
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=training_hooks,
+        training_chief_hooks=saver_hooks(opts, run, scaffold) if training else [],
         evaluation_hooks=evaluation_hooks, scaffold=scaffold)
 

@@ -369,6 +369,8 @@ def train(opts, settings=None, extra_hooks=()):
         tf.logging.info('%s', memory_line)
     if memory_warning:
         tf.logging.warning('%s', memory_warning)
+    tf.logging.info(devices.describe_share(devices.cpu_share(), opts.inter_op_threads,
+                                           opts.intra_op_threads, opts.private_threads))
     if opts.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', opts.lr)
