@@ -1,14 +1,9 @@
-"""Every flag of the original train.py (docs/original.md, Flags), plus the ones this program
-adds.
-
+"""Every flag of the original train.py (docs/original.md, Flags), plus this program's own.
 Defaults are the original's except where those are broken (docs/original.md): log_interval
-and snapshot (0 did not work), lr_decay_step (0 still means "decay at step 0" in the original, here it
-means "no decay") and data_format (the original's default silently meant NHWC; here
-'auto' picks NCHW when a GPU is visible). Flags that this program accepts but does not use
-say so in their help, so that old launch scripts keep working.
-
-Only entry points read FLAGS; they turn them into explicit arguments.
-`.venv/bin/python train.py --help` prints the flags grouped as below (see `grouped_help`).
+and snapshot (0 did not work), lr_decay_step (0 means "no decay" here) and data_format
+('auto' picks the devices' and --dtype's layout). Flags accepted but unused say so in their
+help, so that old launch scripts keep working. Only entry points read FLAGS; they turn them
+into explicit arguments. `train.py --help` prints them grouped as below (grouped_help).
 """
 import collections
 import functools
@@ -121,12 +116,10 @@ _int(G, 'class_num', 1000, 'Number of classes (length of every record\'s label).
 _int(G, 'resnet_size', 101, 'ResNet depth: 18, 34, 50, 101, 152 or 200.')
 _string(G, 'data_format', 'auto',
         'Layout of the convolutions: NCHW (or channels_first), NHWC (or channels_last), '
-        'or auto: without a GPU NHWC (TensorFlow\'s CPU convolutions support only NHWC); '
-        'with one NCHW for --dtype=fp32 and NHWC for fp16/bf16 -- the layout TensorFlow '
-        '2.15\'s own layout pass (grappler\'s generic layout optimizer, after the fp16 '
-        'rewrite) converts a GPU graph to: NCHW, unless at least half of its convolutions '
-        'are fp16 on Volta or later or bf16 on Ampere or later (tensor cores), then NHWC. '
-        'In that layout the pass adds no transposes.')
+        'or auto: NHWC without a GPU (the only layout of TF\'s CPU convolutions); on GPUs '
+        'NCHW for fp32, NHWC for fp16/bf16: what TF 2.15\'s own layout pass converts a GPU '
+        'graph to (NHWC when half its convolutions are fp16 on Volta+ or bf16 on Ampere+, '
+        'tensor cores), so it adds no transposes.')
 _int(G, 'image_size', 224, 'Height and width of the network input.')
 _int(G, 'image_channels', 3, 'Channels the images are decoded to; the model takes 3.')
 _float(G, 'batch_norm_decay', 0.997, 'Momentum of the batch-norm moving averages.')
@@ -144,9 +137,8 @@ _bool(G, 'restore', False, 'The original fine-tuning script\'s switch to restore
       'error.')
 _int(G, 'num_gpus', 1, 'GPUs to train on in this process: N > 1 = synchronous '
      'MirroredStrategy over GPUs --visiable_gpu ... --visiable_gpu + N - 1, --batch_size '
-     'images each; the loss counters are computed from the whole step\'s batch. With '
-     '--distribution=collective each worker replicates over its own N GPUs; a '
-     '--distribution=ps worker trains on one device (N must be 1).')
+     'images each; the loss counters are of the whole step\'s batch. A collective worker '
+     'replicates over its own N GPUs; a ps worker trains on one (N = 1).')
 _string(G, 'distribution', 'auto',
         'How the tasks of a TF_CONFIG cluster train together. ps: asynchronous, variables '
         'on the ps tasks (cluster: chief, worker, ps). collective: synchronous all-reduce '
@@ -192,9 +184,8 @@ _bool(G, 'FixBlock2', False, 'Fine-tuning option of the original: train only the
       'keep their kernels, gamma and beta (and get no optimizer slots). How their batch '
       'norm runs: --frozen_bn.')
 _string(G, 'label_type', 'multi',
-        'multi: records carry class_num float32 labels, the original\'s loss (weighted sigmoid '
-        'cross-entropy). single: records carry an int64 class index in "label" (the '
-        'original\'s ImageNet fine-tuning), softmax cross-entropy.')
+        'multi: class_num float32 labels a record, the original\'s weighted sigmoid cross-'
+        'entropy. single: an int64 class index "label" (its ImageNet fine-tune), softmax.')
 _int(G, 'epoch_iter', 0, 'Steps per epoch.' + IGNORED)
 
 G = 'Fine-tuning rules'
@@ -224,9 +215,8 @@ _int(G, 'summary_interval', 0, 'Write TensorBoard summaries every this many step
 _string(G, 'log_dir', './out/log/', 'Directory of the text log file train.log (TensorBoard '
         'events go to --model_dir).')
 _string(G, 'model_dir', './out/checkpoint/', 'Checkpoints and TensorBoard events.')
-_bool(G, 'verbose', False, 'Also show TensorFlow\'s C++ start-up messages (its GPU '
-      'warnings, the fp16 rewrite\'s count of converted nodes), its deprecation '
-      'notices and the Estimator\'s own loss/step lines (hidden by default).')
+_bool(G, 'verbose', False, 'Also show TensorFlow\'s C++ messages (GPU warnings, the fp16 '
+      'rewrite\'s converted nodes), deprecations and the Estimator\'s loss/step lines.')
 _int(G, 'snapshot', 1000, 'Save a checkpoint every this many steps (and at the end).')
 _string(G, 'tmp_model_dir', './out/tmp/checkpoint/', 'Temporary model directory.' + IGNORED)
 _int(G, 'prof_interval', 10, 'Timing report interval; timing is printed every '
@@ -263,26 +253,18 @@ _int(G, 'visiable_gpu', 0, 'GPU index made visible to TensorFlow (sic, the origi
      'CUDA_VISIBLE_DEVICES when that is set); -1 = leave all GPUs visible. Chosen once at '
      'start, through CUDA_VISIBLE_DEVICES, for every session of the process.')
 _string(G, 'tf_gpu_thread_mode', 'auto',
-        'auto: with a GPU, each GPU launches its kernels from 2 threads of its own '
-        '(TF_GPU_THREAD_MODE=gpu_private, TF_GPU_THREAD_COUNT=2, as NVIDIA\'s ConvNets; '
-        'the environment\'s own values win), TensorFlow\'s thread pools. off: TensorFlow\'s '
-        'default threads. gpu_private (TF official\'s setting): as auto, and the inter-op '
-        'pool and the input pipeline\'s private pool are sized from the cores left '
-        '(unless --inter_op_threads / --private_threads are given). gpu_shared: one pool '
-        'for all GPUs.')
-_int(G, 'inter_op_threads', 0, 'Threads running independent ops at once (0 = '
-     'TensorFlow\'s choice, or the gpu_private plan, or the process\'s CPU share when '
-     'tasks share the node: see docs/performance.md).')
-_int(G, 'intra_op_threads', 0, 'Threads inside one op (0 = TensorFlow\'s choice, or the '
-     'process\'s CPU share when tasks share the node).')
+        'auto: each GPU launches its kernels from 2 threads of its own (TF_GPU_THREAD_MODE='
+        'gpu_private, TF_GPU_THREAD_COUNT=2, as NVIDIA\'s ConvNets; the environment\'s values '
+        'win). gpu_private (TF official\'s): as auto, and the inter-op and input pools sized '
+        'from the cores left (unless given). gpu_shared: one pool for all GPUs. off: none.')
+_int(G, 'inter_op_threads', 0, 'Threads running independent ops at once (0 = TF\'s choice, '
+     'the gpu_private plan, or the CPU share of tasks sharing the node: docs/performance.md).')
+_int(G, 'intra_op_threads', 0, 'Threads inside one op (0 = TF\'s choice, or the share).')
 _bool(G, 'memory_check', True,
-      'Before the first step, compare the estimate of the GPU memory one replica needs '
-      '(mlimages/model/memory.py: --resnet_size, --class_num, --batch_size, --image_size, '
-      '--dtype) with the smallest GPU the process sees (the CUDA driver\'s figure, or the '
-      'environment variable MLIMAGES_GPU_MEMORY_GB): when the estimate alone exceeds it, '
-      'stop (exit 2) naming a --batch_size that fits; when only the margin for what a GPU '
-      'adds (CUDA context, cuDNN workspace, fragmentation) does not fit, warn. '
-      '--nomemory_check: warn and train anyway (an estimate is not a measurement).')
+      'Before the first step, compare the GPU memory a replica needs (an estimate from '
+      'depth, classes, batch, image size, dtype: docs/gpu.md) with the smallest GPU seen '
+      '(or MLIMAGES_GPU_MEMORY_GB): exit 2 naming a --batch_size that fits when it exceeds '
+      'it, a warning when only the margin does not fit. --nomemory_check: only warn.')
 
 G = 'Evaluation'
 _int(G, 'test_interval', 0, '--mode=train_and_eval: steps between evaluations (> 0).')

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 from helpers import CLASSES, ENV, assert_identical_weights, checkpoint_values, \
     cluster_run_flags, files_read, write_dataset
+from mlimages.distributed import devices
 from tools import launch_local_cluster as launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,14 +132,14 @@ def test_each_training_task_gets_its_own_gpus_ps_and_evaluator_none():
 def test_each_task_is_pinned_to_cpus_of_its_own_when_there_are_enough():
     own = os.sched_getaffinity(0)
     names = ['task:%d' % i for i in range(len(own))]
-    cpus, env = launcher.cpu_plan(names)
+    cpus, env = devices.cpu_plan(names)
     assert sorted(min(c) for c in cpus.values()) == sorted(own)
     assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own)), 'MLIMAGES_CPU_SET_TASKS': '1'}
-    cpus, env = launcher.cpu_plan(names + ['one:0'])  # one too many: none pinned
+    cpus, env = devices.cpu_plan(names + ['one:0'])  # one too many: none pinned
     assert set(cpus.values()) == {None}
     assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own) + 1),
                    'MLIMAGES_CPU_SET_TASKS': str(len(own) + 1)}
-    assert launcher.cpu_ranges({0, 1, 2, 5, 7, 8}) == '0-2,5,7-8'
+    assert devices.cpu_ranges({0, 1, 2, 5, 7, 8}) == '0-2,5,7-8'
 
 
 @pytest.mark.parametrize('args,fragment', [
@@ -211,9 +212,9 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
     assert any('whole job' in l and 'whole run' in l for l in launch.task_lines('chief:0'))
     # Each task pinned to CPUs of its own if there are enough (the launcher's line), and
     # each says its share.
-    cpus, env = launcher.cpu_plan(['chief:0', 'worker:0', 'ps:0', 'ps:1', 'evaluator:0'])
+    cpus, env = devices.cpu_plan(['chief:0', 'worker:0', 'ps:0', 'ps:1', 'evaluator:0'])
     assert ('CPUs (affinity; each task sizes its threads to its share): ' + (
-        'chief:0 %s, ' % launcher.cpu_ranges(cpus['chief:0']) if cpus['chief:0'] else
+        'chief:0 %s, ' % devices.cpu_ranges(cpus['chief:0']) if cpus['chief:0'] else
         'not pinned')) in launch.text
     for task in ('chief:0', 'worker:0', 'ps:0', 'evaluator:0'):
         sees = len(cpus[task] or os.sched_getaffinity(0))

@@ -7,7 +7,7 @@ import pytest
 
 from mlimages.distributed import devices, distribute
 import file_db
-from mlimages.run import training
+from mlimages.run import run_plan, training
 from helpers import ENV, options, run_program
 
 
@@ -18,16 +18,16 @@ def test_the_epochs_max_iter_makes(tmp_path):
         (split / name).write_bytes(b'')
     opts = options(data_dir=str(tmp_path), max_iter=300, batch_size=8)
     plan = distribute.plan('none', 1, 1, 0, 8, gpu_count=0, environ={})
-    assert training.describe_epochs(opts, plan) == (
+    assert run_plan.describe_epochs(opts, plan) == (
         'global batch 8 images a global step; the number of training records is unknown (%s '
         'does not list every shard; the record tools write it)'
         % os.path.join(str(tmp_path), 'train', 'records.txt'))
     file_db.write_counts(str(split), {'0.tfrecords': 1000, '1.tfrecords': 1400})
-    assert training.describe_epochs(opts, plan) == (
+    assert run_plan.describe_epochs(opts, plan) == (
         'global batch 8 images a global step; --max_iter=300 steps make 1.00 epochs of the '
         '2400 training records')
     forever = opts._replace(max_iter=-1)
-    assert training.describe_epochs(forever, plan).endswith(
+    assert run_plan.describe_epochs(forever, plan).endswith(
         '2400 training records, one epoch every 300 steps')
 
 

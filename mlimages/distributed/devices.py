@@ -1,14 +1,14 @@
 """The GPUs a process uses and the options every session of the process shares.
 
 GPUs are chosen once, before anything starts TensorFlow's GPU runtime (absl's after-init
-callbacks included: choose_at_start), through the environment: --visiable_gpu=k with --num_gpus=N makes host GPUs k .. k+N-1 visible (of
-those CUDA_VISIBLE_DEVICES already lists, when it is set), renumbered GPU:0 .. GPU:N-1
-inside the process; -1 leaves every GPU visible. A session's own visible_device_list cannot
-do this: the first session or strategy of a process starts the runtime with every GPU
-mapped, and a later session asking for GPU:0 -> CUDA k then fails ("device GPU:0 is being
-mapped to multiple devices"). With the environment, every session, MirroredStrategy,
-MultiWorkerMirroredStrategy (which takes every GPU its process sees as a replica) and
-export sees the same N devices.
+callbacks included: choose_at_start), through the environment: --visiable_gpu=k with
+--num_gpus=N makes host GPUs k .. k+N-1 visible (of those CUDA_VISIBLE_DEVICES already
+lists, when it is set), renumbered GPU:0 .. GPU:N-1 inside the process; -1 leaves every
+GPU visible. A session's own visible_device_list cannot do this: the first session or
+strategy of a process starts the runtime with every GPU mapped, and a later session asking
+for GPU:0 -> CUDA k then fails ("device GPU:0 is being mapped to multiple devices"). With
+the environment, every session, MirroredStrategy, MultiWorkerMirroredStrategy (which takes
+every GPU its process sees as a replica) and export sees the same N devices.
 
 Every session gets allow_soft_placement (summaries, string constants and the like have
 CPU kernels only; a replica's device scope would otherwise fail to place them) and memory
@@ -39,7 +39,6 @@ the step's tasks on this node (SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID) and S 
 when srun binds each task to its CPUs (SLURM_CPU_BIND_TYPE other than none); else 1.
 """
 import collections
-import math
 import os
 import re
 
@@ -268,3 +267,31 @@ def partition_cpus(cpus, tasks):
     size, extra = divmod(len(cpus), tasks)
     starts = [i * size + min(i, extra) for i in range(tasks + 1)]
     return [set(cpus[starts[i]:starts[i + 1]]) for i in range(tasks)]
+
+
+def cpu_plan(names):
+    """({task name: its CPUs, or None}, the environment every task gets): the launcher's
+    CPUs (sched_getaffinity) split among the tasks (partition_cpus) when each can
+    have one of its own and the OS pins processes, else none pinned; with how many tasks
+    share the node (its cgroup quota) and each one's CPUs, for cpu_share."""
+    count = str(len(names))
+    try:
+        own = os.sched_getaffinity(0)
+    except AttributeError:  # no affinity on this OS
+        own = ()
+    if len(own) < len(names):  # pinned, two tasks on one CPU wait for each other's bursts
+        return {name: None for name in names}, {LOCAL_TASKS_ENV: count,
+                                                CPU_SET_TASKS_ENV: count}
+    return dict(zip(names, partition_cpus(own, len(names)))), {
+        LOCAL_TASKS_ENV: count, CPU_SET_TASKS_ENV: '1'}
+
+
+def cpu_ranges(cpus):
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    found, cpus = [], sorted(cpus)
+    for cpu in cpus:
+        if found and cpu == found[-1][1] + 1:
+            found[-1][1] = cpu
+        else:
+            found.append([cpu, cpu])
+    return ','.join('%d' % a if a == b else '%d-%d' % (a, b) for a, b in found)

@@ -10,6 +10,7 @@ import re
 
 import tensorflow.compat.v1 as tf
 
+from mlimages.model import memory
 from mlimages.run import checkpoints
 from mlimages.distributed import devices
 from mlimages.run import model_fn
@@ -253,3 +254,12 @@ def interrupted(preempt, opts, plan, step):
              else 'the last checkpoint is %s' % (last or 'none'))
     return Interrupted(signum, 'stopped by %s at global step %s: %s; rerun the same '
                        'command to resume' % (cause, step, saved))
+
+
+def out_of_memory_note(opts, error):
+    """The memory estimate the out-of-memory line names (memory.oom_note), for a
+    ResourceExhaustedError only: the GPU's memory is asked of the driver."""
+    if not isinstance(error, tf.errors.ResourceExhaustedError):
+        return None
+    return memory.oom_note(opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size,
+                           opts.dtype, memory.gpu_memory(devices.gpu_count() > 0))

@@ -245,3 +245,22 @@ def start_warnings(opts, plan, chief, free_bytes):
         lines.append(lr_rule.disk_warning(opts.max_to_keep, saves, checkpoint_bytes(opts),
                                           free_bytes, opts.model_dir))
     return [line for line in lines if line]
+
+
+def describe_epochs(opts, plan):
+    """The global batch and what --max_iter steps make of the training records:
+    epochs = max_iter x images a global step / records (records from records.txt)."""
+    line = 'global batch %d images a global step' % plan.images_per_global_step
+    if opts.use_synthetic_data:
+        return line
+    records = file_db.record_count(file_db.list_shards(opts.data_dir, 'train',
+                                                       opts.file_pattern))
+    if records is None:
+        return line + ('; the number of training records is unknown (%s does not list '
+                       'every shard; the record tools write it)' % os.path.join(
+                           opts.data_dir, 'train', file_db.COUNTS_FILE))
+    if opts.max_iter < 0:
+        return line + '; %d training records, one epoch every %.0f steps' % (
+            records, records / plan.images_per_global_step)
+    return line + '; --max_iter=%d steps make %.2f epochs of the %d training records' % (
+        opts.max_iter, opts.max_iter * plan.images_per_global_step / records, records)

@@ -270,25 +270,6 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
     return results
 
 
-def describe_epochs(opts, plan):
-    """The global batch and what --max_iter steps make of the training records:
-    epochs = max_iter x images a global step / records (records from records.txt)."""
-    line = 'global batch %d images a global step' % plan.images_per_global_step
-    if opts.use_synthetic_data:
-        return line
-    records = file_db.record_count(file_db.list_shards(opts.data_dir, 'train',
-                                                       opts.file_pattern))
-    if records is None:
-        return line + ('; the number of training records is unknown (%s does not list '
-                       'every shard; the record tools write it)' % os.path.join(
-                           opts.data_dir, 'train', file_db.COUNTS_FILE))
-    if opts.max_iter < 0:
-        return line + '; %d training records, one epoch every %.0f steps' % (
-            records, records / plan.images_per_global_step)
-    return line + '; --max_iter=%d steps make %.2f epochs of the %d training records' % (
-        opts.max_iter, opts.max_iter * plan.images_per_global_step / records, records)
-
-
 def remember_settings(model_dir, settings):
     """Writes the run's flags to <model_dir>/flags.txt (run_settings); a run that resumes
     with other flags than the saved ones says which. settings: (header lines, flag
@@ -334,7 +315,7 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
                     distribute.describe_devices(plan, opts.batch_size), devices.gpu_count())
     if plan.trains:
-        tf.logging.info(describe_epochs(opts, plan))
+        tf.logging.info(run_plan.describe_epochs(opts, plan))
         for line in run_plan.start_warnings(opts, plan, chief, run_plan.free_disk(opts.model_dir)):
             tf.logging.warning(line)
     if plan.task is None and plan.worker_num > 1:  # an independent run: its own model_dir
@@ -406,8 +387,8 @@ def train(opts, settings=None, extra_hooks=()):
             run_dirs.remove_leftovers(opts.model_dir)
         if failures.peer_failure(e, plan.distribution):
             raise PeerLost(failures.describe_peer_failure(e, tracker.last_step))
-        raise TrainingError(failures.describe_failure(e, opts, tracker.failed_step,
-                                                      memory_note=out_of_memory_note(opts, e)))
+        raise TrainingError(failures.describe_failure(
+            e, opts, tracker.failed_step, memory_note=failures.out_of_memory_note(opts, e)))
     except hooks.RestartLoop as e:
         raise TrainingError(failures.describe_restart_loop(e.restarts, opts, tracker.failed_step))
     except UnicodeDecodeError:
@@ -424,15 +405,6 @@ def train(opts, settings=None, extra_hooks=()):
     tf.logging.info('done; TensorBoard: %s --logdir %s', interpreter.script_command(
         'tensorboard'), opts.model_dir)
     return estimator
-
-
-def out_of_memory_note(opts, error):
-    """The memory estimate the out-of-memory line names (memory.oom_note), for a
-    ResourceExhaustedError only: the GPU's memory is asked of the driver."""
-    if not isinstance(error, tf.errors.ResourceExhaustedError):
-        return None
-    return memory.oom_note(opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size,
-                           opts.dtype, memory.gpu_memory(devices.gpu_count() > 0))
 
 
 @contextlib.contextmanager
