@@ -244,7 +244,10 @@ def check_case(case, target, restart, lost_names):
         first = [s for _, s in case.exits[name]][0]
         assert first == 200, (name, case.exits, case.text)
         line = case.errors[name][0]
-        assert line.startswith('train.py: error: %s at 127.0.0.1:' % target) and \
+        # A worker's lines add its worker id (the chief is 0): Task.label.
+        label = target if not target.startswith('worker:') else '%s (worker id %d)' % (
+            target, int(target.split(':')[1]) + 1)
+        assert line.startswith('train.py: error: %s at 127.0.0.1:' % label) and \
             line.endswith('exiting with status 200 (retryable): rerun every task of the job '
                           'with the same command (supervisors restart this status) to resume '
                           'from the last checkpoint'), line

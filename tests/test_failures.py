@@ -246,9 +246,10 @@ def task_plan(task_type):
     (stopped(signal.SIGTERM), 'chief', 'stopped by SIGTERM at global step 7'),
     (stopped(elsewhere=signal.SIGINT), 'chief',
      'stopped by SIGINT to another task of the job at global step 7'),
-    (stopped(signal.SIGTERM), 'worker', 'worker:0 stopped by SIGTERM after global step 7'),
+    (stopped(signal.SIGTERM), 'worker',
+     'worker:0 (worker id 1) stopped by SIGTERM after global step 7'),
     (stopped(elsewhere=signal.SIGTERM), 'worker',
-     'worker:0 stopped by SIGTERM to another task of the job after global step 7'),
+     'worker:0 (worker id 1) stopped by SIGTERM to another task of the job after global step 7'),
 ])
 def test_a_signal_names_itself_the_step_and_the_checkpoint(tmp_path, preempt, task, words):
     error = failures.interrupted(preempt, options(model_dir=str(tmp_path)), task_plan(task), 7)

@@ -306,7 +306,8 @@ def test_the_launchers_tasks_die_with_it_and_a_forwarded_sigterm_saves(dataset, 
         assert saved, text[-3000:]
         assert saved.group(2) == os.path.join(model_dir, 'model.ckpt-%s' % saved.group(1))
         assert tf.train.latest_checkpoint(model_dir) == saved.group(2)
-        assert re.search(r'\[worker:0\] train\.py: worker:0 stopped by SIGTERM', text), text
+        assert re.search(r'\[worker:0\] train\.py: worker:0 \(worker id 1\) stopped by SIGTERM',
+                         text), text
         assert 'Traceback' not in text
 
 
@@ -411,7 +412,8 @@ def test_a_signal_to_one_task_of_a_synchronous_job_stops_every_task_at_one_step(
             run.proc.kill()
     (w_status, w_last), (c_status, c_last) = statuses
     assert (w_status, c_status) == (143, 143), (worker.text(), chief.text())
-    w_match = re.match(r'train\.py: worker:0 stopped by SIGTERM after global step (\d+); the '
+    w_match = re.match(r'train\.py: worker:0 \(worker id 1\) stopped by SIGTERM after global '
+                       r'step (\d+); the '
                        r'chief saves the checkpoint; rerun the same command to resume$', w_last)
     c_match = re.match(r'train\.py: stopped by SIGTERM to another task of the job at global '
                        r'step (\d+): saved (\S+); rerun the same command to resume$', c_last)

@@ -52,6 +52,19 @@ class Task(object):
         return '%s:%d' % (self.type, self.index)
 
     @property
+    def label(self):
+        """The name for the log: TensorFlow's, and where its index is not the worker id
+        (--worker_id, the chief being 0) that too: 'worker:0 (worker id 1)'."""
+        return self.label_of(self.name)
+
+    def label_of(self, name):
+        """The label of the task `name` ('worker:0') of this task's cluster."""
+        task_type, index = name.split(':')
+        if task_type != 'worker' or not self.cluster.get('chief'):
+            return name
+        return '%s (worker id %d)' % (name, Task(self.cluster, task_type, int(index)).worker_id)
+
+    @property
     def trains(self):
         return self.type in TRAINING_TASKS
 

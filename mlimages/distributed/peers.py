@@ -152,10 +152,12 @@ def for_task(plan, timeout, program, info, warn):
     task (exit_lost) when a task it cannot go on without is lost."""
     if plan.task is None or plan.evaluates or plan.distribution not in ('ps', 'collective'):
         return None
-    watched = peers_to_watch(plan.task.cluster, plan.task.name, plan.distribution)
+    # Named in its lines as the log names tasks (Task.label: with the worker id).
+    watched = {plan.task.label_of(name): address for name, address in
+               peers_to_watch(plan.task.cluster, plan.task.name, plan.distribution).items()}
     info('%s watches %s (a task that does not answer for --peer_timeout=%s ends this one '
          'with exit status %d, retryable)' % (
-             plan.task.name, ', '.join(sorted(watched)) or 'no other task',
+             plan.task.label, ', '.join(sorted(watched)) or 'no other task',
              '%d s' % timeout if timeout else '0 (no bound)', PEER_LOST_STATUS))
     return Watch(watched, timeout, plan.distribution == 'collective', log=warn,
                  lost=lambda line: exit_lost(program, line),

@@ -248,7 +248,7 @@ def interrupted(preempt, opts, plan, step):
     if plan.task is not None and plan.task.type != 'chief':
         return Interrupted(signum, '%s stopped by %s after global step %s; the chief saves '
                            'the checkpoint; rerun the same command to resume' % (
-                               plan.task.name, cause, step))
+                               plan.task.label, cause, step))
     last = checkpoints.latest_checkpoint(opts.model_dir)
     saved = ('saved %s' % last if last and last.endswith('-%s' % step)
              else 'the last checkpoint is %s' % (last or 'none'))

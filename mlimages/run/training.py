@@ -78,7 +78,7 @@ def model_run(opts, data_format, plan=None, warm_start=None):
         return run
     return run._replace(images_per_step=plan.images_per_step,
                         images_per_global_step=plan.images_per_global_step,
-                        worker_name=plan.task.name if plan.task else 'worker',
+                        worker_name=plan.task.label if plan.task else 'worker',
                         job=plan.task is not None, head_shards=plan.head_shards,
                         stop_together=plan.distribution == 'collective')
 
