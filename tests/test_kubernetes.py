@@ -101,7 +101,7 @@ def test_every_docker_run_of_a_gpu_gives_nccl_shared_memory_and_keeps_the_cache(
                                                                             '*.md')):
         with open(path) as f:
             runs += [(path, line) for line in f if 'docker run' in line and '--gpus' in line]
-    assert len(runs) >= 4
+    assert len(runs) >= 2  # the README's block, the one copy (setup.md links it)
     for path, line in runs:
         assert '--shm-size=' in line or '--ipc=host' in line, (path, line)
         assert ':%s ' % image_cache_path() in line, (path, line)

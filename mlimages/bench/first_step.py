@@ -1,6 +1,6 @@
 """Time to the first training step, in parts, for MirroredStrategy in one process and for
 one process per device (a local collective job), side by side: tools/benchmark.py
---startup (issue #33; docs/performance.md has the figures).
+--startup (issue #33; docs/measurements.md has the figures).
 
     python tools/benchmark.py --startup                        # ResNet-101, 1 and 8 replicas
     python tools/benchmark.py --startup --startup_sizes 50 101 --startup_replicas 1 2 4 8

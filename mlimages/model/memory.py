@@ -26,7 +26,7 @@ step (TF_CPU_ALLOCATOR_USE_BFC=true: the BFC allocator a GPU uses), at 1000 clas
 19.5 bytes a parameter is 4 for the weight, 4 for its Momentum slot, 4 for its gradient
 and the rest for the step's transient copies (the weight decay's terms, the summed
 gradients); 0.815 says the peak holds about 4/5 of R at once. Every figure of that run
-is within 10 % of its peak (docs/gpu.md, "Memory"; tests/test_memory.py checks 20 %).
+is within 10 % of its peak (docs/hardware.md, "Memory per GPU"; tests/test_memory.py checks 20 %).
 LOGIT_BYTES is not measurable at those sizes: four float32 tensors [batch, classes] (the
 logits, the scores, the loss's terms, their gradient).
 
@@ -66,7 +66,7 @@ LOGIT_BYTES = 16.0
 # workspace while autotuning picks each convolution's algorithm (a try that finds no room
 # is skipped, not fatal) -- 5 % of the card. Fragmentation is in the estimate already: its
 # constants are fitted to the BFC allocator's peak, not to the tensors'. Judged against
-# NVIDIA's batches for ResNet-50 on a 16 GB V100 (docs/gpu.md, "Memory"); tools/gpu_smoke.sh
+# NVIDIA's batches for ResNet-50 on a 16 GB V100 (docs/hardware.md, "Memory per GPU"); tools/gpu_smoke.sh
 # prints a GPU's measured peak beside the estimate to confirm it.
 GPU_MARGIN_BYTES = 0.5 * GB
 GPU_MARGIN_FRACTION = 0.05
