@@ -132,10 +132,12 @@ def dataset(module_dir):
 class Task(object):
     """One train.py process started by hand; its output lines are collected."""
 
-    def __init__(self, args, env=ENV, gated=None, on_line=None):
-        program = os.path.join(ROOT, 'tests', 'gated_train.py') if gated else \
+    def __init__(self, args, env=ENV, gated=None, on_line=None, runs=None):
+        """gated: TRAIN_TEST_GATE's value; runs: TRAIN_TEST_RUNS's (tests/gated_train.py)."""
+        program = os.path.join(ROOT, 'tests', 'gated_train.py') if gated or runs else \
             os.path.join(ROOT, 'train.py')
         env = dict(env, TRAIN_TEST_GATE=gated) if gated else env
+        env = dict(env, TRAIN_TEST_RUNS=runs) if runs else env
         self.lines, self._on_line = [], on_line
         self.process = subprocess.Popen([sys.executable, program] + args, cwd=ROOT, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -182,14 +184,21 @@ def first_files_read(task):
 
 @pytest.mark.slow
 def test_two_workers_started_by_hand_train_one_model_collectively(dataset, tmp_path):
-    model_dir, max_iter = str(tmp_path / 'model'), 4
+    model_dir, max_iter = str(tmp_path / 'model'), 6
     hosts = ','.join('127.0.0.1:%d' % p for p in ports_lib.free_ports(2))
-    flags = cluster_run_flags(dataset, model_dir, max_iter) + ['--worker_num=2',
-                                                        '--worker_hosts=' + hosts]
-    tasks = [Task(flags + ['--worker_id=%d' % k]) for k in (0, 1)]
+    flags = cluster_run_flags(dataset, model_dir, max_iter) + [
+        '--worker_num=2', '--worker_hosts=' + hosts, '--log_interval=2', '--snapshot=4']
+    runs = [str(tmp_path / ('runs_%d.json' % k)) for k in (0, 1)]
+    tasks = [Task(flags + ['--worker_id=%d' % k], runs=runs[k]) for k in (0, 1)]
     codes = run_tasks(tasks, tasks)
     assert codes == [0, 0], (tasks[0].text[-3000:], tasks[1].text[-3000:])
     assert_identical_weights(model_dir, max_iter)
+    # One tf.Session.run a step on each worker outside log steps (every 2 from the first)
+    # and saves (step 4: the save's own run): the workers' savers read the global step in
+    # the step's run (model_fn.saver_hook). TensorFlow's saver made it 4, 2, 4, 3, 4.
+    for path in runs:
+        with open(path) as f:
+            assert json.load(f) == [3, 1, 3, 2, 3], path
     assert first_files_read(tasks[0]) == (0, ['0.tfrecords', '2.tfrecords'])
     assert first_files_read(tasks[1]) == (1, ['1.tfrecords', '3.tfrecords'])
     assert 'task chief:0 of a collective cluster (worker 0 of 2)' in tasks[0].text

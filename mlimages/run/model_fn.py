@@ -60,7 +60,9 @@ Run = collections.namedtuple('Run', [
     'stop_together',           # a synchronous job: its tasks agree in each step on a stop
     'score_hook',              # evaluation: hook(labels, scores) -> a SessionRunHook, or None
     'cpu_input_grad',          # no GPU: resnet's CPU-fast convolution input gradients
-], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False))
+    'checkpoint_dir',          # where this task's saver writes: None = --model_dir
+], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False,
+             None))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -108,14 +110,14 @@ def checked(lr, finite):
         return tf.identity(lr)
 
 
-def saver_hooks(opts, run, scaffold):
-    """The training chief's checkpoint saver (hooks.CheckpointSaverHook, every --snapshot
-    steps), which the Estimator then takes for its own; none in a collective job, whose
-    session adds TensorFlow's own whatever the spec holds."""
-    if run.stop_together:
-        return []
-    return [hooks.CheckpointSaverHook(opts.model_dir, save_steps=opts.snapshot,
-                                      scaffold=scaffold)]
+def saver_hook(opts, run, scaffold):
+    """This task's checkpoint saver (hooks.CheckpointSaverHook, every --snapshot steps): the
+    chief's, which the Estimator then takes for its own; in a collective job every
+    worker's, since a save runs collective ops (make_estimator leaves TensorFlow's out):
+    the other workers' into run.checkpoint_dir, without a graph nobody reads."""
+    return hooks.CheckpointSaverHook(run.checkpoint_dir or opts.model_dir,
+                                     save_steps=opts.snapshot, scaffold=scaffold,
+                                     save_graph_def=run.checkpoint_dir is None)
 
 
 def hierarchy_masks(leaf_mask):
@@ -242,9 +244,13 @@ def resnet_model_fn(features, labels, mode, opts, run):
         # Built last: the saver must see every variable, the Momentum slots included.
         scaffold = tf.train.Scaffold(saver=checkpoints.saver(opts.max_to_keep,
                                                              run.legacy_counters))
+    chief_hooks = []
+    if training:
+        saver = saver_hook(opts, run, scaffold)
+        (training_hooks if run.stop_together else chief_hooks).append(saver)
     return tf.estimator.EstimatorSpec(
         mode=mode, predictions=predictions, loss=loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=training_hooks,
-        training_chief_hooks=saver_hooks(opts, run, scaffold) if training else [],
-        evaluation_hooks=evaluation_hooks, scaffold=scaffold)
+        training_chief_hooks=chief_hooks, evaluation_hooks=evaluation_hooks,
+        scaffold=scaffold)
 

@@ -80,7 +80,16 @@ def model_run(opts, data_format, plan=None, warm_start=None):
                         images_per_global_step=plan.images_per_global_step,
                         worker_name=plan.task.label if plan.task else 'worker',
                         job=plan.task is not None, head_shards=plan.head_shards,
-                        stop_together=plan.distribution == 'collective')
+                        stop_together=plan.distribution == 'collective',
+                        checkpoint_dir=other_worker_dir(opts.model_dir, plan))
+
+
+def other_worker_dir(model_dir, plan):
+    """Where a collective job's other workers save (their saves run the chief's collective
+    ops; TensorFlow's own name for the place, model_dir/tmp_<type>_<index>); else None."""
+    if plan.distribution != 'collective' or plan.task is None or not plan.worker_id:
+        return None
+    return os.path.join(model_dir, 'tmp_%s_%d' % (plan.task.type, plan.task.index))
 
 
 @functools.lru_cache(maxsize=2)
@@ -162,13 +171,13 @@ def make_estimator(opts, run, plan=None):
     # ps tasks and itself, so it neither waits for nor depends on the other workers.
     filters = (['/job:ps', '/job:%s/task:%d' % (plan.task.type, plan.task.index)]
                if cluster_member and plan.distribution == 'ps' else [])
-    # The other workers of a collective job save too (TensorFlow runs their collective save
-    # ops into model_dir/tmp_worker_<k>); their graph.pbtxt and meta graphs nobody reads.
-    other_worker = cluster_member and plan.distribution == 'collective' and plan.worker_id
+    # A collective job's workers each run model_fn's saver (model_fn.saver_hook): none of
+    # TensorFlow's, which would read the global step again after every step.
+    collective = cluster_member and plan.distribution == 'collective'
     run_config = tf.estimator.RunConfig(
         tf_random_seed=opts.random_seed if opts.deterministic else None,
-        checkpoint_save_graph_def=not other_worker,
-        save_checkpoints_steps=opts.snapshot, keep_checkpoint_max=opts.max_to_keep,
+        save_checkpoints_steps=None if collective else opts.snapshot,
+        save_checkpoints_secs=None, keep_checkpoint_max=opts.max_to_keep,
         save_summary_steps=opts.summary_interval or opts.log_interval,
         log_step_count_steps=opts.log_interval,
         session_config=session_config(opts, filters, precision.fp16_on_cpu()),
