@@ -581,3 +581,19 @@ def test_all_reduce_alg_must_fit_the_strategy():
         distribute.check_all_reduce_alg('ring', 'none')
     with pytest.raises(distribute.ConfigError, match='use one of auto, nccl, ring'):
         distribute.check_all_reduce_alg('hierarchical_copy', 'collective')
+
+
+def test_a_collective_jobs_other_workers_save_beside_the_chiefs_directory():
+    """Plan.own_checkpoint_dir: TensorFlow's place for the saves of a collective job's
+    other workers (model_dir/tmp_<type>_<index>); the chief and every other kind of run
+    save to model_dir (None)."""
+    cluster = {'chief': ['h0:1'], 'worker': ['h1:1', 'h2:1']}
+
+    def plan_of(distribution, task_type, index):
+        environ = {'TF_CONFIG': config(cluster, task_type, index)}
+        return distribute.plan(distribution, 1, 1, 0, 2, gpu_count=0, environ=environ)
+    assert plan_of('collective', 'worker', 1).own_checkpoint_dir('/m') == '/m/tmp_worker_1'
+    assert plan_of('collective', 'chief', 0).own_checkpoint_dir('/m') is None
+    assert plan_of('ps', 'worker', 1).own_checkpoint_dir('/m') is None
+    assert distribute.plan('none', 1, 1, 0, 2, gpu_count=0, environ={}).own_checkpoint_dir(
+        '/m') is None

@@ -211,6 +211,14 @@ class Plan(object):
         return 'task %s of a %s cluster (worker %d of %d)' % (
             self.task.name, self.distribution, self.worker_id, self.worker_num)
 
+    def own_checkpoint_dir(self, model_dir):
+        """Where a collective job's other workers save (their saves run the chief's
+        collective ops; TensorFlow's own name for the place, model_dir/tmp_<type>_<index>);
+        None for every other task: it saves to model_dir, or not at all."""
+        if self.distribution != 'collective' or self.task is None or not self.worker_id:
+            return None
+        return os.path.join(model_dir, 'tmp_%s_%d' % (self.task.type, self.task.index))
+
     @property
     def log_name(self):
         """The text log's file name: train.log, or train_<type>_<index>.log in a cluster."""

@@ -81,15 +81,7 @@ def model_run(opts, data_format, plan=None, warm_start=None):
                         worker_name=plan.task.label if plan.task else 'worker',
                         job=plan.task is not None, head_shards=plan.head_shards,
                         stop_together=plan.distribution == 'collective',
-                        checkpoint_dir=other_worker_dir(opts.model_dir, plan))
-
-
-def other_worker_dir(model_dir, plan):
-    """Where a collective job's other workers save (their saves run the chief's collective
-    ops; TensorFlow's own name for the place, model_dir/tmp_<type>_<index>); else None."""
-    if plan.distribution != 'collective' or plan.task is None or not plan.worker_id:
-        return None
-    return os.path.join(model_dir, 'tmp_%s_%d' % (plan.task.type, plan.task.index))
+                        checkpoint_dir=plan.own_checkpoint_dir(opts.model_dir))
 
 
 @functools.lru_cache(maxsize=2)
