@@ -587,9 +587,9 @@ def test_a_collective_jobs_other_workers_save_beside_the_chiefs_directory():
     """Plan.own_checkpoint_dir: TensorFlow's place for the saves of a collective job's
     other workers (model_dir/tmp_<type>_<index>); the chief and every other kind of run
     save to model_dir (None)."""
-    cluster = {'chief': ['h0:1'], 'worker': ['h1:1', 'h2:1']}
-
     def plan_of(distribution, task_type, index):
+        cluster = dict(COLLECTIVE_CLUSTER if distribution == 'collective' else PS_CLUSTER,
+                       chief=['h9:1'])
         environ = {'TF_CONFIG': config(cluster, task_type, index)}
         return distribute.plan(distribution, 1, 1, 0, 2, gpu_count=0, environ=environ)
     assert plan_of('collective', 'worker', 1).own_checkpoint_dir('/m') == '/m/tmp_worker_1'
