@@ -461,6 +461,76 @@ def validate(opts):
         raise UsageError(found[0])
 
 
+# ------------------------------------------------------------------ the settings
+
+# Every flag in one group by what it is about (not by --help's titles, which stay the
+# original's reader's map); a function takes the group(s) it reads, or plain values.
+CONCERNS = collections.OrderedDict((concern, names.split()) for concern, names in [
+    ('task', 'mode checkpoint_path export_dir demo demo_dir'),
+    ('data', 'data_dir file_pattern batch_size label_type num_preprocess_threads '
+              'file_shuffle_buffer shuffle_buffer object_cover area_cover skip_bad_records '
+              'augment_on private_threads use_synthetic_data'),
+    ('cluster', 'worker_num worker_id worker_hosts ps_hosts ps_id slurm_port_base '
+                'peer_timeout distribution all_reduce_alg'),
+    ('model', 'class_num resnet_size data_format image_size image_channels batch_norm_decay '
+              'batch_norm_epsilon dtype'),
+    ('training', 'optimizer opt_momentum weight_decay bn_weight_decay mask_thres neg_select '
+                 'random_seed deterministic'),
+    ('schedule', 'lr lr_schedule lr_decay_step lr_decay_factor warmup lr_warmup '
+                 'lr_warmup_decay_step lr_warmup_decay_factor max_iter'),
+    ('finetune', 'restore pretrain_ckpt FixBlock2 frozen_bn'),
+    ('output', 'model_dir max_to_keep snapshot log_dir log_interval summary_interval verbose'),
+    ('devices', 'num_gpus visiable_gpu tf_gpu_thread_mode inter_op_threads intra_op_threads '
+                'memory_check xla'),
+    ('evaluation', 'test_interval test_iter eval_throttle_secs hierarchy'),
+    ('inference', 'piclist top_k threshold class_dict preprocess'),
+    ('ignored', 'with_bbox drop_rate epoch_iter tmp_model_dir prof_interval interval start'),
+])
+# One frozen value per concern (flags.Model(class_num=..., ...)), and the settings of a
+# process: Settings(task=Task(...), input=Input(...), ...).
+GROUP_TYPES = collections.OrderedDict(
+    (concern, collections.namedtuple(concern.capitalize(), names))
+    for concern, names in CONCERNS.items())
+Task, Data, Cluster, Model, Training, Schedule, Finetune, Output, Devices, Evaluation, \
+    Inference, Ignored = GROUP_TYPES.values()
+Settings = collections.namedtuple('Settings', CONCERNS)
+CONCERN_OF = {name: concern for concern, names in CONCERNS.items() for name in names}
+assert sorted(CONCERN_OF) == sorted(n for names in GROUPS.values() for n in names)
+
+
+def _settings_of(value_of):
+    return Settings(**{concern: group(**{name: value_of(name) for name in group._fields})
+                       for concern, group in GROUP_TYPES.items()})
+
+
+def settings(flag_values=FLAGS):
+    """The parsed flags as Settings."""
+    return _settings_of(lambda name: flag_values[name].value)
+
+
+def default_settings():
+    """Every flag's default as Settings (the tools' and tests' starting point)."""
+    return _settings_of(lambda name: FLAGS[name].default)
+
+
+def flat(values):
+    """{flag name: value} of Settings, in --help order (flags.txt, the checks of each
+    flag): the one view across every group."""
+    return collections.OrderedDict(
+        (name, getattr(getattr(values, CONCERN_OF[name]), name))
+        for names in GROUPS.values() for name in names)
+
+
+def replace(values, **given):
+    """Settings with the given flags (by flag name) replaced."""
+    changed = {}
+    for name, value in given.items():
+        concern = CONCERN_OF[name]
+        changed[concern] = changed.get(concern, getattr(values, concern))._replace(
+            **{name: value})
+    return values._replace(**changed)
+
+
 # ------------------------------------------------------------------ the options value
 
 # Every flag as a plain value, in --help order: what the program runs with, whole or in
@@ -477,6 +547,17 @@ def options(flag_values=FLAGS):
 def defaults():
     """Every flag's default as an Options (the tools' and tests' starting point)."""
     return Options(**{name: FLAGS[name].default for name in Options._fields})
+
+
+# TRANSITION (#41): Options <-> Settings while callers move to groups; removed after.
+def grouped(opts):
+    """Settings of an Options."""
+    return _settings_of(lambda name: getattr(opts, name))
+
+
+def as_options(values):
+    """Options of Settings."""
+    return Options(**flat(values))
 
 
 def given(flag_values=FLAGS):
