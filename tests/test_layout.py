@@ -1,6 +1,7 @@
 """The checkout's layout, whose map is mlimages/__init__.py's docstring and LAYERS: the
 user's five modules at the root, tools/ only commands, the package's layers importing
-downwards only, every module on the map of its package, no sys.path edits in the product.
+downwards only, every module on the map of its package, no sys.path edits in the product,
+every exception type defined in mlimages/errors.py and reached only through it.
 Read from the source (ast), nothing is imported."""
 import ast
 import os
@@ -11,6 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_MODULES = {'train.py', 'flags.py', 'resnet.py', 'image_preprocess.py', 'file_db.py'}
 PACKAGE = 'mlimages'
+ERRORS = os.path.join(PACKAGE, 'errors.py')
 # A line of a package docstring's map: `    [layer]  name.py` or `name/`, then what it holds.
 MAP_LINE = re.compile(r'^    (?:(\d+) +)?(\w+)(\.py|/) ')
 
@@ -110,7 +112,36 @@ def test_one_module_owns_the_exception_types():
                     re.search(r'(Error|Exception|Interrupt)$', ast.unparse(base))
                     for base in node.bases):
                 owners.add(path)
-    assert owners == {os.path.join('mlimages', 'errors.py')}
+    assert owners == {ERRORS}
+
+
+def exception_names():
+    return {node.name for node in parse(ERRORS).body if isinstance(node, ast.ClassDef)}
+
+
+def reexported_exceptions(path, names):
+    """Where `path` reaches an exception type of mlimages.errors through another module:
+    `<module>.X` other than errors.X (tf.errors' own are other types), or
+    `from <module> import X` other than from mlimages.errors."""
+    found = []
+    for node in ast.walk(parse(path)):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            owner = ast.unparse(node.value)
+            if owner != 'errors' and not owner.endswith('.errors'):
+                found.append('%s:%d %s' % (path, node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and node.module != 'mlimages.errors' and not (
+                node.level == 1 and node.module == 'errors'):
+            found += ['%s:%d from %s import %s' % (path, node.lineno, node.module, alias.name)
+                      for alias in node.names if alias.name in names]
+    return found
+
+
+def test_callers_reach_exception_types_through_mlimages_errors():
+    """errors.DataError, never file_db.DataError: a re-export hides where the type lives."""
+    names = exception_names()
+    found = [line for path in product_files() if path != ERRORS
+             for line in reexported_exceptions(path, names)]
+    assert not found, '\n'.join(found)
 
 
 def test_the_package_docstring_draws_the_layers():
