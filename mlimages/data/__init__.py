@@ -1,2 +1,6 @@
-"""Data into the graph: the record format (records), the input pipeline (input_fn, bad-record
-skipping, synthetic batches), the ML-Images semantic hierarchy."""
+"""Data into the graph.
+
+    records.py         the one record format: a serialized tf.train.Example per image
+    input_pipeline.py  input_fn over shard files, bad-record skipping, synthetic batches
+    hierarchy.py       the ML-Images semantic hierarchy: labels closed under ancestors,
+                       consistent scores"""

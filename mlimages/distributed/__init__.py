@@ -1,4 +1,8 @@
-"""Several devices and tasks: the cluster's sources (--worker_hosts, Slurm, TF_CONFIG) in
-cluster_flags, roles and strategies in distribute, the GPUs a process sees in devices,
-whether the other tasks still answer (the bound on a lost peer) in peers, a ps task's end
-in ps_server."""
+"""Several devices and tasks.
+
+    cluster_flags.py  where this process's cluster comes from: TF_CONFIG, Slurm or
+                      --worker_hosts
+    distribute.py     TF_CONFIG roles, strategies and each task's plan
+    devices.py        the GPUs a process uses and its sessions' options
+    peers.py          whether the other tasks still answer: the bound on a lost peer
+    ps_server.py      a ps task's life: serve the variables until the job is done"""

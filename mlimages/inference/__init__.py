@@ -1,2 +1,13 @@
-"""What a trained model becomes: the serving graph and SavedModel export (serving), inference
-inputs and result files (inference_io), settings read from the run's flags.txt."""
+"""What a trained model becomes.
+
+    serving.py             the one inference graph: encoded images -> scores, as a
+                           SavedModel or in a session
+    export.py              a checkpoint as a SavedModel (--mode=export, --export_dir)
+    saved_models.py        a SavedModel on disk: versions and the assets.extra/ files
+    onnx_export.py         the float signature as an ONNX model, checked against TensorFlow
+    runs.py                what the inference commands run: every image through a
+                           Predictor, the results to files
+    inference_io.py        inference inputs (images, lists, the class dictionary) and
+                           result files
+    inference_settings.py  the trained settings of a checkpoint, from its run's flags.txt
+    pca.py                 PCA of features: fitted once, applied unchanged"""

@@ -1,2 +1,7 @@
-"""The formulas beside the network: the loss (loss), the learning-rate schedules
-(lr_schedule), evaluation metrics (metrics), numeric precision (precision)."""
+"""The formulas beside the network, one formula a function.
+
+    loss.py         the multi-label loss of ML-Images
+    lr_schedule.py  the learning-rate schedules (SCHEDULES)
+    metrics.py      streaming multi-label evaluation metrics
+    precision.py    --dtype: what the model computes in
+    memory.py       the GPU memory one training replica needs (no TensorFlow)"""

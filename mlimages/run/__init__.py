@@ -1,2 +1,13 @@
-"""A training run: model_fn (model, loss, optimizer, summaries), the Estimator's train / eval
-(training), checkpoints, hooks, preemption, run directories, the one line of a failed run."""
+"""A training run.
+
+    model_fn.py     the Estimator model_fn: ResNet, the loss, the schedule, Momentum,
+                    summaries
+    training.py     training and evaluation with tf.estimator
+    checkpoints.py  finding and checking checkpoints, the variables fine-tuning takes over
+    hooks.py        session hooks: the log line, the failing step, the stop, restart loops
+    preemption.py   SIGTERM / SIGINT: the step in flight saved, no work lost
+    run_dirs.py     the directories a run writes: checked, locked, leftovers removed
+    failures.py     the one line of a run that stopped early, and what to do
+    calibration.py  per-class thresholds (thresholds.txt)
+    lr_rule.py      the learning rate a run's kind and batch call for, start-up warnings
+    run_plan.py     a run's plan without running it (tools/plan_run.py)"""
