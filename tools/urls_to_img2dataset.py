@@ -34,7 +34,7 @@ import shutil
 import sys
 
 from mlimages.errors import UrlListError, stop_raises
-from mlimages.cli import common
+from mlimages.cli import arguments
 from mlimages.cli import progress as _progress
 from mlimages.recordkit.image_lists import ListFormatError, parse_sparse
 
@@ -172,7 +172,7 @@ def convert(url_list, out_dir, rows_per_file=1000000, overwrite=False, progress=
 
 
 def build_parser():
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Turn a Tencent ML-Images URL list ("<URL><TAB><class>:<confidence> '
                     '...") into img2dataset input: Parquet files with the string columns '
@@ -188,7 +188,7 @@ def build_parser():
     parser.add_argument('out_dir', metavar='OUT_DIR',
                         help='directory to create with part-NNNNN.parquet files; '
                              'img2dataset\'s --url_list')
-    parser.add_argument('--rows_per_file', type=common.positive_int, default=1000000,
+    parser.add_argument('--rows_per_file', type=arguments.positive_int, default=1000000,
                         metavar='N',
                         help='rows a Parquet file (default 1000000). img2dataset loads '
                              'one file at a time, whole; keep N a multiple of its '
@@ -209,9 +209,9 @@ def main(argv=None):
         summary = convert(args.url_list, args.out_dir, args.rows_per_file,
                           args.overwrite, progress=not args.quiet)
     except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
-        return common.download_failure(PROG, exc, args.out_dir)
+        return arguments.download_failure_status(PROG, exc, args.out_dir)
     except (UrlListError, ListFormatError) as exc:
-        common.error_line(PROG, exc)
+        arguments.error_line(PROG, exc)
         return 2
     print('rows: %d in %d files (%s)' % (summary['rows'], summary['files'],
                                          summary['out_dir']))

@@ -1,2 +1,3 @@
-"""What every command shares: argparse helpers, TensorFlow on first use, process pools
-(common), the progress line, free ports."""
+"""What every command shares: argparse helpers and one-line errors (arguments), TensorFlow
+on first use (lazy_tensorflow), the worker count and worker processes (worker_processes),
+the progress line, free ports."""
