@@ -5,11 +5,13 @@ layers first; a module imports only from its own layer or below, tests/test_layo
     files.py      files that appear only when complete (atomic_output)
     config/       value checks, the run's flags.txt, start-up before TensorFlow, the Python
     data/         record format, input pipeline, semantic hierarchy
-    distributed/  cluster sources, TF_CONFIG roles and strategies, devices, lost peers
+    distributed/  cluster sources, TF_CONFIG roles and strategies, devices, lost peers,
+                  a local cluster of processes, free ports
     model/        loss, learning-rate schedules, metrics, precision
     run/          model_fn, the Estimator run, checkpoints, hooks, preemption, run plans
     inference/    serving graph and export, inference inputs and outputs
-    cli/          what the commands share (argparse, progress, ports)
+    cli/          what the commands share (argparse, TensorFlow on first use, worker
+                  processes, progress)
     recordkit/    building and checking records (tools/make_tfrecords.py ...)
     bench/        tools/benchmark.py's pipelines and measurements
     demo.py       train.py --demo: the demo dataset and report
