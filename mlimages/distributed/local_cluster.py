@@ -275,7 +275,7 @@ def say_plan(say, plan, distribution, in_namespace):
         if in_namespace else 'warning: ' + SECURITY_NOTE)
 
 
-def stop_on_signals():
+def stop_request():
     """A threading.Event set (its attribute signum: the first signal) by SIGINT or SIGTERM.
     Ctrl-C and SIGTERM only set a flag that the launcher's loop polls: an exception raised
     asynchronously could land inside a Popen or a lock and leave a task unknown."""
@@ -293,7 +293,7 @@ def stop_on_signals():
 def run_to_the_end(tasks, args, say):
     """The exit status of the cluster run to its end (local_tasks.run_cluster), every task
     stopped after it and its exit said."""
-    stop_requested = stop_on_signals()
+    stop_requested = stop_request()
     status = 1
     try:
         status = local_tasks.run_cluster(tasks, args.distribution, args.restarts,

@@ -49,7 +49,7 @@ def original_name(url):
     return parts[-2] + '_' + parts[-1]
 
 
-def parse_line(line, source, lineno):
+def row_of_line(line, source, lineno):
     """(url, labels text, name) of one list line, or None for a blank line."""
     line = line.rstrip('\r\n')
     if not line.strip():
@@ -114,7 +114,7 @@ def convert(url_list, out_dir, rows_per_file=1000000, overwrite=False, progress=
     _check_paths(url_list, out_dir, overwrite)
     # Pass 1 checks every line, so a bad last line costs no half-written directory.
     meter = _Progress(progress, 'checking %s' % os.path.basename(url_list))
-    rows = sum(parse_line(line, url_list, n) is not None for n, line in _lines(url_list, meter))
+    rows = sum(row_of_line(line, url_list, n) is not None for n, line in _lines(url_list, meter))
     meter.finish()
     if not rows:
         raise UrlListError('no URLs in %s' % url_list)
@@ -169,7 +169,7 @@ def _write_parts(url_list, tmp, rows_per_file, meter):
                 column.clear()
 
     for lineno, line in _lines(url_list, meter):
-        row = parse_line(line, url_list, lineno)
+        row = row_of_line(line, url_list, lineno)
         if row is None:
             continue
         url, labels, name = row
