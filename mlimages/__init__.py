@@ -18,7 +18,7 @@ checks all of this from the source; this file imports nothing.
                             ML-Images semantic hierarchy
     2  image_preprocess.py  (root) decoding and augmentation of one image
     3  distributed/         cluster sources, roles and strategies, the GPUs a process sees,
-                            lost peers, a ps task's end
+                            lost peers, a ps task's end, a local cluster of processes
     4  model/               the loss, learning-rate schedules, metrics, --dtype precision,
                             the GPU memory a replica needs
     4  resnet.py            (root) ResNet v2 with the original's variable names
@@ -27,7 +27,7 @@ checks all of this from the source; this file imports nothing.
     6  inference/           the serving graph, SavedModel and ONNX export, the inference
                             commands' loops, their inputs and result files, PCA
     7  cli/                 what the commands share: argparse, TensorFlow on first use,
-                            process pools, the progress line, free ports
+                            process pools, the progress line
     8  recordkit/           building and checking records (tools/make_tfrecords.py ...)
     9  bench/               tools/benchmark.py's pipelines and measurements
     10 demo.py              train.py --demo: the demo dataset and its report

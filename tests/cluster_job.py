@@ -22,7 +22,7 @@ import time
 import pytest
 
 from helpers import ENV, ROOT, cluster_run_flags, write_dataset
-from mlimages.cli import ports
+from mlimages.distributed import ports
 
 GATED = os.path.join(ROOT, 'tests', 'gated_train.py')
 RETRYABLE = range(128, 256)

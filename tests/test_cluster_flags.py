@@ -19,8 +19,8 @@ import flags as flags_lib
 from mlimages.errors import UsageError
 from helpers import ENV, assert_identical_weights, checkpoint_values, cluster_run_flags, \
     files_read, write_dataset
-from tools import launch_local_cluster as launcher
-from mlimages.cli import ports as ports_lib
+from mlimages.distributed import local_cluster as launcher
+from mlimages.distributed import ports as ports_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = re.compile(r'step \d+: ')
@@ -31,7 +31,7 @@ def opts(**given):
 
 
 def test_host_flags_make_the_launchers_tf_config():
-    cluster = launcher.make_cluster(3, 1, ports=[1, 2, 3, 4])
+    cluster = launcher.cluster_addresses(3, 1, ports=[1, 2, 3, 4])
     workers = ','.join(cluster['chief'] + cluster['worker'])
     for worker_id, task in [(0, ('chief', 0)), (1, ('worker', 0)), (2, ('worker', 1))]:
         assert json.loads(cluster_flags.from_host_flags(workers, '127.0.0.1:4', worker_id, -1)) \

@@ -27,7 +27,7 @@ from mlimages.distributed import cluster_flags, distribute
 import train
 import resnet
 from helpers import ROOT
-from tools import launch_local_cluster as launcher
+from mlimages.distributed import local_cluster as launcher
 
 VENV = '.venv/bin/'
 PYTHON = VENV + 'python'
@@ -170,9 +170,9 @@ def check_train(env, args):
 def check_launcher(args):
     split = args.index('--') if '--' in args else len(args)
     own, train_flags = args[:split], args[split + 1:]
-    options = launcher.make_parser().parse_args(own)
+    options = launcher.build_parser().parse_args(own)
     ps = options.ps if options.distribution == 'ps' else 0
-    cluster = launcher.make_cluster(options.workers, ps, ports=list(range(
+    cluster = launcher.cluster_addresses(options.workers, ps, ports=list(range(
         1, options.workers + ps + 1)))
     names = launcher.task_names(cluster) + ([('evaluator', 0)] if options.evaluator else [])
     opts = parse(train_flags + ['--distribution=' + options.distribution])
@@ -199,9 +199,9 @@ def check_plan_run(args):
 def tool_parsers():
     """{program: parse(arguments)} with each tool's own parser, as its main parses."""
     from tools import (benchmark, check_tfrecords, export_onnx, extract_features, graph_size,
-                       img2dataset_to_list, memory_peak, predict, ps_placement,
-                       urls_to_img2dataset)
-    from mlimages.recordkit import convert_tfrecords, make_image_list, make_options
+                       img2dataset_to_list, memory_peak, predict, ps_placement)
+    from mlimages.recordkit import (convert_tfrecords, make_image_list, make_options,
+                                    urls_to_img2dataset)
     plain = lambda build: lambda a: build().parse_args(a)
     intermixed = lambda build: lambda a: build().parse_intermixed_args(a)
     return {'benchmark.py': plain(benchmark.build_parser),
@@ -364,10 +364,10 @@ def run_batch(where, env, script, args):
     asynchronous ps (lr_rule's batch)."""
     if script == 'launch_local_cluster.py':
         split = args.index('--') if '--' in args else len(args)
-        options = launcher.make_parser().parse_args(args[:split])
+        options = launcher.build_parser().parse_args(args[:split])
         opts = parse(args[split + 1:] + ['--distribution=' + options.distribution])
         ps = options.ps if options.distribution == 'ps' else 0
-        cluster = launcher.make_cluster(options.workers, ps, ports=list(range(
+        cluster = launcher.cluster_addresses(options.workers, ps, ports=list(range(
             1, options.workers + ps + 1)))
         gpus = opts.num_gpus if options.gpus_per_task is None else options.gpus_per_task
         plan = plan_task(opts, {'TF_CONFIG': launcher.tf_config(cluster, 'chief', 0)}, gpus)

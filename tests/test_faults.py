@@ -17,7 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from helpers import CLASSES, ENV, ROOT, run_train, small_run_flags, train_model
-from mlimages.cli import ports
+from mlimages.distributed import ports
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from PIL import Image
 
 import url_zoo
 from helpers import CLASSES, ENV, run_program, run_train, small_run_flags
-from tools import urls_to_img2dataset as u2i
+from mlimages.recordkit import urls_to_img2dataset as u2i
 
 PER_SHARD = 8
 TIMEOUT = 5  # img2dataset's --timeout: the silent server outlasts it; each trickle gap is 1/50
@@ -40,7 +40,7 @@ def _labels(i):
 def _names():
     """The file name of every case, in list order: a repeated URL's with its -k suffix."""
     seen = {}
-    return [u2i._unique(u2i.original_name(path), seen)[0] for _, path, _ in url_zoo.CASES]
+    return [u2i.unique_name(u2i.original_name(path), seen)[0] for _, path, _ in url_zoo.CASES]
 
 
 NAMES = _names()

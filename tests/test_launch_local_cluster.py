@@ -19,7 +19,7 @@ import tensorflow.compat.v1 as tf
 from helpers import CLASSES, ENV, assert_identical_weights, checkpoint_values, \
     cluster_run_flags, files_read, write_dataset
 from mlimages.distributed import devices
-from tools import launch_local_cluster as launcher
+from mlimages.distributed import local_cluster as launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STARTED = re.compile(r'started (\S+), pid (\d+)')
@@ -97,49 +97,6 @@ class Launch(object):
     @property
     def text(self):
         return '\n'.join(self.lines)
-
-
-def test_cluster_layout_and_tf_config():
-    cluster = launcher.make_cluster(3, 2, ports=[1, 2, 3, 4, 5])
-    assert cluster == {'chief': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2', '127.0.0.1:3'],
-                       'ps': ['127.0.0.1:4', '127.0.0.1:5']}
-    assert launcher.task_names(cluster) == [('chief', 0), ('worker', 0), ('worker', 1),
-                                            ('ps', 0), ('ps', 1)]
-    config = json.loads(launcher.tf_config(cluster, 'worker', 1))
-    assert config == {'cluster': cluster, 'task': {'type': 'worker', 'index': 1}}
-    assert launcher.make_cluster(1, 0, ports=[7]) == {'chief': ['127.0.0.1:7']}
-
-
-def test_each_training_task_gets_its_own_gpus_ps_and_evaluator_none():
-    names = [('chief', 0), ('worker', 0), ('worker', 1), ('ps', 0), ('evaluator', 0)]
-    assert launcher.task_gpus(names, 2, 1, None) == {
-        'chief:0': '0,1', 'worker:0': '2,3', 'worker:1': '4,5', 'ps:0': '',
-        'evaluator:0': '6'}
-    # Counted in the launcher's own CUDA_VISIBLE_DEVICES; past its end: none (the task's
-    # device check then says so).
-    assert launcher.task_gpus(names, 1, 1, ['4', '5', '6']) == {
-        'chief:0': '4', 'worker:0': '5', 'worker:1': '6', 'ps:0': '', 'evaluator:0': ''}
-    assert launcher.task_gpus(names, 1, 0, []) == {name: '' for name in
-                                                   ('chief:0', 'worker:0', 'worker:1',
-                                                    'ps:0', 'evaluator:0')}
-    assert launcher.task_gpus(names, 0, 0, None)['chief:0'] == ''
-    assert launcher.gpu_list({}) is None
-    assert launcher.gpu_list({'CUDA_VISIBLE_DEVICES': '3, 5'}) == ['3', '5']
-    assert launcher.flag_value(['--lr=1', '--num_gpus', '4'], 'num_gpus', '1') == '4'
-    assert launcher.flag_value(['--num_gpus=2'], 'num_gpus', '1') == '2'
-
-
-def test_each_task_is_pinned_to_cpus_of_its_own_when_there_are_enough():
-    own = os.sched_getaffinity(0)
-    names = ['task:%d' % i for i in range(len(own))]
-    cpus, env = devices.cpu_plan(names)
-    assert sorted(min(c) for c in cpus.values()) == sorted(own)
-    assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own)), 'MLIMAGES_CPU_SET_TASKS': '1'}
-    cpus, env = devices.cpu_plan(names + ['one:0'])  # one too many: none pinned
-    assert set(cpus.values()) == {None}
-    assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own) + 1),
-                   'MLIMAGES_CPU_SET_TASKS': str(len(own) + 1)}
-    assert devices.cpu_ranges({0, 1, 2, 5, 7, 8}) == '0-2,5,7-8'
 
 
 @pytest.mark.parametrize('args,fragment', [

@@ -246,9 +246,9 @@ def test_files_are_checked_by_worker_processes_in_list_order(tmp_path):
         files.append(str(tmp_path / ('%d.jpg' % i)))
         jpeg(files[-1], i % 5)  # five distinct images, the rest duplicates by bytes
     entries = [own_images.Entry(os.path.basename(f), f, {'x': 1.0}, f) for f in files]
-    from mlimages.cli import common
+    from mlimages.cli import worker_processes
     kept, skips, _ = own_images.check_entries(
-        entries, lambda f, t, p: common.run_tasks(f, t, 2, p))
+        entries, lambda f, t, p: worker_processes.run_tasks(f, t, 2, p))
     assert [e.path for e in kept] == ['%d.jpg' % i for i in range(5)]
     assert len(skips) == own_images.CHUNK - 2 and skips[0][1] == 'duplicate bytes'
 

@@ -13,7 +13,7 @@ import pytest
 
 import cluster_job
 from helpers import ENV, ROOT
-from mlimages.cli import ports
+from mlimages.distributed import ports
 from mlimages.distributed import peers
 
 SERVER = '''

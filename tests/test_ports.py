@@ -1,9 +1,9 @@
-"""Tests of mlimages/cli/ports.py: free ports for a cluster's tasks on this machine."""
+"""Tests of mlimages/distributed/ports.py: free ports for a cluster's tasks on this machine."""
 import itertools
 import random
 import socket
 
-from mlimages.cli import ports
+from mlimages.distributed import ports
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():

@@ -7,7 +7,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cluster_job
-from mlimages.cli import ports
+from mlimages.distributed import ports
 from mlimages.distributed import ps_server
 import train  # noqa: F401 (graph mode, as train.py runs)
 

@@ -1,10 +1,11 @@
-"""Tests of tools/urls_to_img2dataset.py: Tencent URL list -> img2dataset's Parquet input."""
+"""Tests of mlimages/recordkit/urls_to_img2dataset.py and its command: Tencent URL list ->
+img2dataset's Parquet input."""
 import os
 
 import pyarrow.parquet as pq
 
 from helpers import run_program
-from tools import urls_to_img2dataset as u2i
+from mlimages.recordkit import urls_to_img2dataset as u2i
 
 SCRIPT = os.path.join('tools', 'urls_to_img2dataset.py')
 

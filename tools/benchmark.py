@@ -48,7 +48,7 @@ import numpy as np
 
 from mlimages.config import startup
 from mlimages.bench import bookkeeping
-from mlimages.cli import common
+from mlimages.cli import lazy_tensorflow
 from mlimages.bench import photos
 from mlimages.bench import first_step
 
@@ -74,7 +74,7 @@ def build_step(name, files, args, literal_model=False, xla=None):
     literal_model: the convolutions' input gradients as TensorFlow computes them (the
     original's graph) instead of resnet.py's CPU fast path.
     """
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     from mlimages.data import input_pipeline
     from mlimages.run import model_fn
     opts = step_options(args)._replace(use_synthetic_data=name.startswith('synthetic'))
@@ -179,7 +179,7 @@ def main(argv=None):
         # Only read when a session asks for global JIT (--xla); harmless otherwise.
         os.environ['TF_XLA_FLAGS'] = (flags + ' --tf_xla_cpu_global_jit').strip()
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     tf.logging.set_verbosity(tf.logging.ERROR)
     if args.photos or args.coverage:
         return photos.main(args)

@@ -43,7 +43,7 @@ import file_db
 from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.config import startup
 from mlimages.errors import UsageError, stop_raises, stopped  # UsageError: exit 2
-from mlimages.cli import common
+from mlimages.cli import arguments, lazy_tensorflow, worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.recordkit import shard_checks
 from mlimages.recordkit.record_checks import LABEL_LENGTH
@@ -60,7 +60,7 @@ def _worker_main(conn, class_num, mask_thres, hierarchy, label_type, position, l
     def check(path, progress, at_record):
         return shard_checks.check_file(path, class_num, mask_thres, None, progress,
                                        at_record, hierarchy, **extra)
-    common.serve(conn, position, log_path, check)
+    worker_processes.serve(conn, position, log_path, check)
 
 
 class _Progress(_progress.ProgressLine):
@@ -112,7 +112,7 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7,
         raise ValueError('workers must be >= 1, got %d' % workers)
     start = time.monotonic()
     meter = _Progress(len(paths), progress)
-    workers = min(workers or common.default_workers(), len(paths))
+    workers = min(workers or worker_processes.default_workers(), len(paths))
     # Totals as the files come in: a per-class count of every file kept until the end
     # was class_num x files large (1.8-9 GB at 11,166 classes and 20,000 shards).
     acc = shard_checks.Totals(class_num, hierarchy)
@@ -124,7 +124,7 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7,
                 hierarchy=hierarchy, label_type=label_type)))
             meter.add(files=1)
     else:
-        files = common.run_workers(
+        files = worker_processes.run_workers(
             paths, _worker_main, (class_num, mask_thres, hierarchy, label_type), workers,
             on_progress=meter.add, on_finished=lambda: meter.add(files=1),
             on_crash=shard_checks.crashed_file, what='checking',
@@ -299,7 +299,7 @@ def _threshold(text):
 
 def build_parser():
     """The argparse parser of the command line."""
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False,
         description='Check TFRecord shards (records of image, label, width, height, name) '
                     'for everything that would break or silently spoil training, and '
@@ -309,11 +309,11 @@ def build_parser():
     parser.add_argument('inputs', nargs='*', metavar='PATH',
                         help='shard files, or directories: their *tfrecords files and '
                              'those of their train/ and val/ subdirectories')
-    parser.add_argument('--class_num', type=common.positive_int, required=True, metavar='N',
+    parser.add_argument('--class_num', type=arguments.positive_int, required=True, metavar='N',
                         help='label length every record must have (11166 for ML-Images)')
-    parser.add_argument('--workers', type=common.positive_int, default=None, metavar='N',
+    parser.add_argument('--workers', type=arguments.positive_int, default=None, metavar='N',
                         help='parallel processes, one file per task (default: the '
-                             'number of CPUs, %d here)' % common.default_workers())
+                             'number of CPUs, %d here)' % worker_processes.default_workers())
     parser.add_argument('--json', action='store_true',
                         help='print the whole summary as JSON on stdout (every bad record) '
                              'instead of the text report')
@@ -330,7 +330,7 @@ def build_parser():
                              'ancestor) pairs where a positive class has an ancestor that '
                              'is not positive, list the worst classes and say how to fix '
                              'it; warnings, the exit status stays 0')
-    parser.add_argument('--max_bad', type=common.non_negative_int, default=50, metavar='N',
+    parser.add_argument('--max_bad', type=arguments.non_negative_int, default=50, metavar='N',
                         help='bad records (and warnings) listed in the text report '
                              '(default: 50)')
     parser.add_argument('--quiet', action='store_true', help='no progress line on stderr')
@@ -351,7 +351,7 @@ def load_hierarchy(path, class_num):
 def main(argv=None):
     """Command-line entry point; returns the exit status (0 ok, 1 bad data, 2 usage)."""
     startup.check_versions('check_tfrecords.py')
-    common.quiet_tensorflow()
+    lazy_tensorflow.quiet_tensorflow()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/
 runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import sys
 
-from mlimages.cli import common
+from mlimages.cli import arguments, lazy_tensorflow
 from mlimages.config import startup
 from mlimages.errors import stop_raises, stopped
 
@@ -30,7 +30,7 @@ PROG = 'export_onnx.py'
 
 
 def build_parser():
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Convert the float signature of a SavedModel of train.py to ONNX with '
                     'tf2onnx and check it with onnxruntime against TensorFlow.',
@@ -42,13 +42,13 @@ def build_parser():
     parser.add_argument('-o', '--output', required=True, metavar='FILE',
                         help='the ONNX model (written under a temporary name, renamed once '
                              'checked)')
-    parser.add_argument('--opset', type=common.int_at_least(13, '>= 13'), default=15,
+    parser.add_argument('--opset', type=arguments.int_at_least(13, '>= 13'), default=15,
                         help='ONNX opset (default: 15, tf2onnx\'s; onnxruntime 1.19 runs up '
                              'to 21)')
     parser.add_argument('--tolerance', type=float, default=1e-4, metavar='T',
                         help='largest |onnxruntime - TensorFlow| allowed on every output, '
                              'relative to max(1, max |TensorFlow|) (default: 1e-4)')
-    parser.add_argument('--check_images', type=common.positive_int, default=4, metavar='N',
+    parser.add_argument('--check_images', type=arguments.positive_int, default=4, metavar='N',
                         help='random network inputs the check runs (default: 4)')
     return parser
 
@@ -60,11 +60,12 @@ def main(argv=None):
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    onnx_export = common.checkout_module('mlimages.inference.onnx_export')
-    common.tensorflow().get_logger().setLevel('ERROR')
+    lazy_tensorflow.tensorflow()
+    from mlimages.inference import onnx_export
+    lazy_tensorflow.tensorflow().get_logger().setLevel('ERROR')
     missing = onnx_export.missing_extras()
     if missing:
-        common.error_line(PROG, '%s not installed; install the ONNX extras: %s'
+        arguments.error_line(PROG, '%s not installed; install the ONNX extras: %s'
                           % (', '.join(missing), onnx_export.install()))
         return 2
     sys.stderr.write('%s: converting the %s signature of %s with tf2onnx (opset %d; about a '
@@ -74,14 +75,14 @@ def main(argv=None):
         export_dir, found = onnx_export.export_onnx(args.saved_model, args.output, args.opset,
                                                     args.tolerance, args.check_images)
     except onnx_export.UsageError as e:
-        common.error_line(PROG, e)
+        arguments.error_line(PROG, e)
         return 2
     except onnx_export.ExportError as e:
-        common.error_line(PROG, e)
+        arguments.error_line(PROG, e)
         return 1
     except KeyboardInterrupt as exc:
         words, status = stopped(exc)
-        common.error_line(PROG, '%s; nothing was written to %s' % (words, args.output))
+        arguments.error_line(PROG, '%s; nothing was written to %s' % (words, args.output))
         return status
     sys.stderr.write('%s: wrote %s (%.1f MB) from %s; onnxruntime vs TensorFlow on %d random '
                      'inputs: max |difference| %s\n' % (

@@ -37,14 +37,14 @@ import sys
 import flags
 from mlimages.config import startup
 from mlimages.errors import stop_raises, stopped
-from mlimages.cli import common
+from mlimages.cli import arguments
 from mlimages.cli import predict_args
 
 PROG = 'extract_features.py'
 
 
 def build_parser():
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Extract the pooled ResNet feature of each image with a model of '
                     'train.py: OUTPUT.npy (float32, one row per image) and a text file of '
@@ -79,7 +79,7 @@ def build_parser():
 
 
 def error(message):
-    common.error_line(PROG, message)
+    arguments.error_line(PROG, message)
 
 
 def main(argv=None):
@@ -104,12 +104,12 @@ def main(argv=None):
         (args.output[:-4] if args.output.endswith('.npy') else args.output) + '.pca.npz')
 
     def work(serving, predictor, images, settings):
-        runs = common.checkout_module('mlimages.inference.runs')
+        from mlimages.inference import runs
         if args.format == 'original':
             counts = runs.run_extract_features_text(predictor, images, args.output,
                                                     args.batch_size, PROG)
             return counts + (predictor.feature_dim, None)
-        pca_lib = common.checkout_module('mlimages.inference.pca')
+        from mlimages.inference import pca as pca_lib
         saved = (pca_lib.load(args.pca, predictor.feature_dim)
                  if args.pca and not args.pca_dim else None)
         processed, skipped, pca = runs.run_extract_features(

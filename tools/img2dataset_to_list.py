@@ -45,7 +45,7 @@ import shutil
 import sys
 
 from mlimages.errors import IncompleteDownloadError, ListError, stop_raises
-from mlimages.cli import common
+from mlimages.cli import arguments
 from mlimages.cli import progress as _progress
 
 PROG = 'img2dataset_to_list.py'
@@ -311,7 +311,7 @@ def _link(source, target):
 
 
 def build_parser():
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Check that an img2dataset download (output_format files) is whole, '
                     'then write OUT/images/<name> (hard links), OUT/list.txt for '
@@ -328,11 +328,11 @@ def build_parser():
                              'urls_to_img2dataset.py wrote; its row counts say which '
                              'shards must exist')
     parser.add_argument('out_dir', metavar='OUT', help='directory to create')
-    parser.add_argument('--number_sample_per_shard', type=common.positive_int,
+    parser.add_argument('--number_sample_per_shard', type=arguments.positive_int,
                         default=10000, metavar='N',
                         help="img2dataset's --number_sample_per_shard of the download "
                              '(default 10000, its default)')
-    parser.add_argument('--placeholder_min_urls', type=common.int_at_least(2, '>= 2'),
+    parser.add_argument('--placeholder_min_urls', type=arguments.int_at_least(2, '>= 2'),
                         default=3, metavar='N',
                         help='drop the images whose downloaded bytes (sha256) came from '
                              'N or more distinct URLs: a placeholder served for missing '
@@ -360,7 +360,7 @@ def main(argv=None):
                           args.number_sample_per_shard, args.placeholder_min_urls,
                           frozenset(known), args.overwrite, progress=not args.quiet)
     except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
-        return common.download_failure(PROG, exc, args.out_dir)
+        return arguments.download_failure_status(PROG, exc, args.out_dir)
     except IncompleteDownloadError as exc:
         return _error(exc, 1)
     except (ListError, OSError) as exc:
@@ -379,7 +379,7 @@ def main(argv=None):
 
 
 def _error(message, status):
-    common.error_line(PROG, message)
+    arguments.error_line(PROG, message)
     return status
 
 

@@ -41,11 +41,11 @@ from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.cli import predict_args
 from mlimages.config import startup
 from mlimages.errors import stop_raises, stopped
-from mlimages.cli import common
+from mlimages.cli import arguments
 
 PROG = 'predict.py'
 def build_parser():
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Classify images with a model of train.py: per image the top-k classes '
                     'with scores (and names from --class_dict), and in multi-label mode '
@@ -104,7 +104,7 @@ def build_parser():
 
 
 def error(message):
-    common.error_line(PROG, message)
+    arguments.error_line(PROG, message)
 
 
 def main(argv=None):
@@ -142,7 +142,7 @@ def main(argv=None):
             0.5 if args.threshold is None else args.threshold)
         if threshold == predict_args.CALIBRATED:
             threshold = predict_args.calibrated_thresholds(predictor, PROG)
-        inference_io = common.checkout_module('mlimages.inference.inference_io')
+        from mlimages.inference import inference_io
         load = (inference_io.load_original_class_names if args.format == 'original'
                 else inference_io.load_class_names)
         names = load(args.class_dict, predictor.class_num) if args.class_dict else None
@@ -151,7 +151,7 @@ def main(argv=None):
                 raise serving.UsageError(hierarchy_lib.class_num_mismatch(
                     tree, predictor.class_num, "the model's class count"))
             names = names or [' '.join(name.split()) for name in tree.names]
-        runs = common.checkout_module('mlimages.inference.runs')
+        from mlimages.inference import runs
         return runs.run_predict(predictor, images, args.output, args.format,
                                 args.batch_size, args.top_k, threshold, names, PROG,
                                 tree, args.consistent)

@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from mlimages.cli import common
+from mlimages.cli import lazy_tensorflow
 from mlimages.recordkit import shard_checks
 from mlimages.recordkit import shard_plan
 from mlimages.recordkit import shards
@@ -238,7 +238,8 @@ def archive_cost(work, args):
             f.write('%s\t%s\n' % (name, '\t'.join('%d:1' % c for c in
                                                   rng.choice(11166, 8, replace=False))))
     out = ['make_tfrecords --image_tars, %d 500x375 JPEGs, one worker:' % len(names)]
-    common.checkout_module('mlimages.data.records')  # TensorFlow imported beforehand
+    lazy_tensorflow.tensorflow()  # TensorFlow imported beforehand
+    from mlimages.data import records  # noqa: F401
     for short_side in (0, 320):
         for layout in ('dense', 'sparse'):
             target = os.path.join(work, 'cost-%d-%s' % (short_side, layout))

@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from mlimages.cli import ports as ports_lib
+from mlimages.distributed import ports as ports_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARTS = ('start', 'setup', 'graph', 'session', 'variables', 'checkpoint', 'step')

@@ -41,7 +41,7 @@ import sys
 
 import numpy as np
 
-from mlimages.cli import common
+from mlimages.cli import lazy_tensorflow
 from mlimages.distributed import devices
 
 PHOTO_SIZES = ((1024, 768), (1600, 1067), (2560, 1920), (3648, 2736))
@@ -92,7 +92,7 @@ def train_windows(height, width, samples, object_cover=0.7, area_cover=0.7, seed
     image_preprocess.crop_window (the real sample_distorted_bounding_box) with op seed
     `seed`, so a report is the same on every run and machine."""
     import image_preprocess
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     with tf.Graph().as_default():
         shape = tf.constant([height, width, 3], tf.int32)
         sizes = tf.map_fn(
@@ -105,7 +105,7 @@ def train_windows(height, width, samples, object_cover=0.7, area_cover=0.7, seed
 def eval_window(height, width):
     """(h, w) of the evaluation crop, image_preprocess.central_window run on the shape."""
     import image_preprocess
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     with tf.Graph().as_default():
         _, size = image_preprocess.central_window(tf.constant([height, width, 3]))
         with tf.Session(config=devices.session_config()) as session:
@@ -289,7 +289,7 @@ def main(args):
     n = args.short_side
     sets = [('photos', photos), ('photos@%d' % n, converted(photos, n)),
             ('imagenet', small), ('imagenet@%d' % n, converted(small, n))]
-    count = lambda d: sum(1 for p in shard_files(d) for _ in common.tensorflow().io.
+    count = lambda d: sum(1 for p in shard_files(d) for _ in lazy_tensorflow.tensorflow().io.
                           tf_record_iterator(p))
     sizes = {name: (directory_bytes(d), count(d)) for name, d in sets}
     same = all(open(a, 'rb').read() == open(b, 'rb').read() for a, b in zip(

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from mlimages.cli import common
+from mlimages.cli import lazy_tensorflow, worker_processes
 
 PROG = 'benchmark.py'
 PIPELINES = ('input_fn(cpu)', 'input_fn(device)', 'spec_literal', 'floor')
@@ -107,7 +107,7 @@ def make_shards(shard_dir, num_images=384, num_shards=4, class_num=11166, qualit
 
 def floor_dataset(files, batch_size, image_size):
     """parse + decode_jpeg + resize, nothing else: the speed limit of full decoding."""
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     from mlimages.data import records
 
     def decode(value):
@@ -124,7 +124,7 @@ def floor_dataset(files, batch_size, image_size):
 def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffer):
     """The original's input_fn and image_preprocessing.py to the letter (docs/original.md,
     Input pipeline and Augmentation)."""
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     from mlimages.data import records
 
     def parse(value):
@@ -147,7 +147,7 @@ def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffe
 def pipeline_dataset(name, files, args):
     """The dataset of one named pipeline; args: tools/benchmark.py's, with `defaults`
     (flags.defaults(), the trainer's settings input_fn starts from)."""
-    common.tensorflow()  # graph mode before input_pipeline builds anything
+    lazy_tensorflow.tensorflow()  # graph mode before input_pipeline builds anything
     from mlimages.data import input_pipeline
     if name == 'floor':
         return floor_dataset(files, args.batch_size, args.image_size)
@@ -172,7 +172,7 @@ class Measured(object):
         self.rates, self.cores, self.cpu_ms = [], [], []
 
     def turn(self, warmup_runs, seconds, min_runs):
-        tf = common.tensorflow()
+        tf = lazy_tensorflow.tensorflow()
         with tf.Session(graph=self.graph, config=self.config) as session:
             session.run(self.init)
             for _ in range(warmup_runs):
@@ -190,7 +190,7 @@ class Measured(object):
 
 
 def build_pipeline(name, files, args):
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     graph = tf.Graph()
     with graph.as_default():
         iterator = tf.data.make_initializable_iterator(pipeline_dataset(name, files, args))
@@ -229,7 +229,7 @@ def cpu_description():
         pass
     load = os.getloadavg() if hasattr(os, 'getloadavg') else (float('nan'),) * 3
     return '%d usable cores (%d online)%s, load average %.1f' % (
-        common.default_workers(), os.cpu_count() or 0, ', ' + name if name else '',
+        worker_processes.default_workers(), os.cpu_count() or 0, ', ' + name if name else '',
         load[0])
 
 
@@ -238,7 +238,7 @@ def cpu_description():
 def contrib_rotate_images(images, angles):
     """image_preprocess.rotate_images as tf.contrib.image.rotate computed it, with the
     projective-transform kernel: the original's literal graph (spec_literal, the tests)."""
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     import image_preprocess
     shape = tf.shape(images)
     return tf.raw_ops.ImageProjectiveTransformV3(
@@ -253,7 +253,7 @@ def distort_image(image, height, width, object_cover, area_cover,
     """The original's training distortion in its float-first order: a float [H, W, 3]
     image in [0, 1] cropped (image_preprocess.crop_window), resized, then
     image_preprocess.augment_image (before the [-1, 1] map)."""
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     import image_preprocess
     with tf.name_scope('distort_image'):
         begin, size = image_preprocess.crop_window(tf.shape(image), object_cover, area_cover)

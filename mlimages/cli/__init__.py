@@ -1,8 +1,8 @@
 """What the commands of tools/ share.
 
-    common.py        argparse helpers and one-line errors, TensorFlow on first use, the
-                     worker count and process pools
-    progress.py      the progress line on stderr
-    ports.py         free TCP ports for the tasks of a local cluster
-    predict_args.py  tools/predict.py's and extract_features.py's model and image
-                     arguments, the checkpoint's trained settings"""
+    arguments.py         argparse helpers and one-line errors
+    lazy_tensorflow.py   TensorFlow imported on first use, quietly
+    worker_processes.py  the worker count, process pools, one process a worker
+    progress.py          the progress line on stderr
+    predict_args.py      tools/predict.py's and extract_features.py's model and image
+                         arguments, the checkpoint's trained settings"""

@@ -6,9 +6,9 @@ import argparse
 import os
 import sys
 
-from mlimages.cli import common
+from mlimages.cli import lazy_tensorflow
 from mlimages.distributed import devices
-from mlimages.errors import UsageError
+from mlimages.errors import DataError, UsageError
 from mlimages.inference import inference_settings
 
 # The network settings of --checkpoint (inference_settings: from the flags.txt beside it
@@ -54,7 +54,8 @@ def calibrated_thresholds(predictor, prog):
     """The per-class thresholds of --threshold=calibrated for the model of predictor: the
     thresholds.txt beside its checkpoint (a warning line when chosen for another one), or
     a SavedModel's assets.extra/thresholds.txt; UsageError without them."""
-    calibration = common.checkout_module('mlimages.run.calibration')
+    lazy_tensorflow.tensorflow()
+    from mlimages.run import calibration
     if predictor.checkpoint:
         values, _, warnings = calibration.for_checkpoint(predictor.checkpoint,
                                                          predictor.class_num)
@@ -199,13 +200,14 @@ def with_predictor(args, defaults, work, error, prog, top_k=5, list_separator=No
     --list as the original programs did (inference_io.original_list_entries)."""
     # One GPU, chosen before TensorFlow starts, as train.py chooses them.
     devices.choose(args.visiable_gpu, 1)
-    serving = common.checkout_module('mlimages.inference.serving')
-    common.tensorflow().get_logger().setLevel('ERROR')
-    bad_input = (serving.UsageError, common.checkout_module('file_db').DataError)
+    lazy_tensorflow.tensorflow()
+    from mlimages.inference import serving
+    lazy_tensorflow.tensorflow().get_logger().setLevel('ERROR')
+    bad_input = (serving.UsageError, DataError)
     predictor = None
     try:
         chosen, lines = choose_settings(args, settings, defaults)
-        inference_io = common.checkout_module('mlimages.inference.inference_io')
+        from mlimages.inference import inference_io
         if list_separator is not None and args.list and not os.path.isdir(args.list):
             images = inference_io.collect_images(args.images) if args.images else []
             images += inference_io.original_list_entries(args.list, list_separator,

@@ -22,7 +22,7 @@ reported, not an error (synsets were removed after 2011).
 import os
 import tarfile
 
-from mlimages.cli import common
+from mlimages.cli import worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.errors import ArchiveError
 
@@ -149,7 +149,7 @@ class _IndexProgress(_progress.ProgressLine):
 def index_all(tasks, workers, progress=True):
     """build_index for every task, `workers` processes, with a progress line."""
     meter = _IndexProgress(len(tasks), progress and bool(tasks))
-    common.run_tasks(build_index, tasks, min(workers, len(tasks)), meter.add)
+    worker_processes.run_tasks(build_index, tasks, min(workers, len(tasks)), meter.add)
     if tasks:
         meter.finish()
 

@@ -27,7 +27,7 @@ length error) ends that shard's reading and is named likewise. Nothing is droppe
 Resumable like make_tfrecords.py (mlimages/recordkit/shards.py): a shard is written under a temporary
 name and renamed when complete; a rerun skips the shards OUT already has and carries
 their report lines over from the previous report. Shards are converted in parallel
-(--workers, one shard a worker at a time, common.run_tasks).
+(--workers, one shard a worker at a time, worker_processes.run_tasks).
 
 Report (default OUT/convert_report.txt), the builder's format:
   <shard>:<record index>\t<name or ->\t<reason>          a record kept out
@@ -42,7 +42,7 @@ import time
 
 from mlimages.run import run_dirs
 from mlimages.errors import BadRecord, ConvertError, stopped
-from mlimages.cli import common
+from mlimages.cli import arguments, lazy_tensorflow, worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.recordkit import shards
 from mlimages.recordkit.images import BadImageError, downscale
@@ -298,8 +298,8 @@ def _convert_shards(in_dir, out_dir, rels, short_side, label_layout, hierarchy_p
              for rel, path in zip(rels, paths) if path in set(to_write)]
     start = time.monotonic()
     meter = _Progress(len(tasks), progress and bool(tasks))
-    workers = min(workers or common.default_workers(), max(len(tasks), 1))
-    results = common.run_tasks(convert_shard, tasks, workers, meter.add)
+    workers = min(workers or worker_processes.default_workers(), max(len(tasks), 1))
+    results = worker_processes.run_tasks(convert_shard, tasks, workers, meter.add)
     if tasks:
         meter.finish()
     totals = dict.fromkeys(COUNTS, 0)
@@ -331,7 +331,7 @@ def _convert_shards(in_dir, out_dir, rels, short_side, label_layout, hierarchy_p
 # ------------------------------------------------------------------------------- CLI
 
 def build_parser():
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Rewrite the *.tfrecords shards under IN into OUT (same relative '
                     'paths) with downscaled images and/or compact labels; records that '
@@ -342,7 +342,7 @@ def build_parser():
     parser.add_argument('in_dir', metavar='IN', help='directory of the shards to convert '
                         '(searched recursively: train/, val/ or a flat directory)')
     parser.add_argument('out_dir', metavar='OUT', help='where the converted shards go')
-    parser.add_argument('--short_side', type=common.non_negative_int, default=0,
+    parser.add_argument('--short_side', type=arguments.non_negative_int, default=0,
                         metavar='N',
                         help='downscale an image whose shorter side exceeds N to N (aspect '
                              'kept, antialiased, re-encoded at --jpeg_quality); 0 = images '
@@ -355,12 +355,12 @@ def build_parser():
     parser.add_argument('--hierarchy', metavar='FILE',
                         help='close labels under ancestors with this hierarchy file '
                              '(dictionary_and_semantic_hierarchy.txt, see hierarchy.py)')
-    parser.add_argument('--jpeg_quality', type=common.positive_int, default=95,
+    parser.add_argument('--jpeg_quality', type=arguments.positive_int, default=95,
                         metavar='Q', help='JPEG quality of downscaled images (default: 95)')
-    parser.add_argument('--workers', type=common.positive_int, default=None, metavar='K',
+    parser.add_argument('--workers', type=arguments.positive_int, default=None, metavar='K',
                         help='parallel worker processes, one shard each at a time '
                              '(default: the number of CPUs, %d here)'
-                             % common.default_workers())
+                             % worker_processes.default_workers())
     parser.add_argument('--report', metavar='FILE',
                         help='the report file (default: OUT/%s)' % REPORT_NAME)
     parser.add_argument('--quiet', action='store_true',
@@ -369,7 +369,7 @@ def build_parser():
 
 
 def _error(message):
-    common.error_line(PROG, message)
+    arguments.error_line(PROG, message)
 
 
 def main(argv=None):
@@ -378,7 +378,7 @@ def main(argv=None):
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    common.quiet_tensorflow()
+    lazy_tensorflow.quiet_tensorflow()
     try:
         summary = convert(args.in_dir, args.out_dir, args.short_side, args.label_layout,
                           args.hierarchy, args.workers, args.jpeg_quality, args.report,

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from mlimages.cli import common
+from mlimages.cli import arguments, worker_processes
 from mlimages.errors import AllImagesSkippedError, InputError, UsageError, stopped
 from mlimages.recordkit import own_images
 
@@ -31,7 +31,7 @@ def _fraction(text):
 
 
 def build_parser():
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Make the image list of make_tfrecords.py ("<path> <class>[:<conf>] '
                     '...") and its class dictionary ("index<TAB>name", read by predict.py '
@@ -74,9 +74,9 @@ def build_parser():
                                  'does (a validation tree or CSV of its own): nothing '
                                  'written but the list; an image of another class is '
                                  'skipped')
-    parser.add_argument('--workers', type=common.int_at_least(1, '>= 1'), default=None,
+    parser.add_argument('--workers', type=arguments.int_at_least(1, '>= 1'), default=None,
                         metavar='N', help='processes decoding the files (default: the '
-                                          'number of CPUs, %d here)' % common.default_workers())
+                                          'number of CPUs, %d here)' % worker_processes.default_workers())
     parser.add_argument('--quiet', action='store_true',
                         help='no progress line on stderr (skips are still named)')
     return parser
@@ -134,25 +134,25 @@ def main(argv=None):
         return exc.code if isinstance(exc.code, int) else 2
     problem = _usage_problem(args)
     if problem:
-        common.error_line(PROG, problem)
+        arguments.error_line(PROG, problem)
         return 2
     dictionary = None if args.class_dict_in else (
         args.class_dict_out or os.path.join(os.path.dirname(args.out), 'classes.txt'))
     try:
         summary = own_images.make_image_list(
             args.out, args.image_root, args.csv, args.val_out, args.val_fraction, args.seed,
-            dictionary, args.class_dict_in, args.workers or common.default_workers(),
+            dictionary, args.class_dict_in, args.workers or worker_processes.default_workers(),
             not args.quiet)
     except AllImagesSkippedError as exc:
         _print_summary(exc.summary)
-        common.error_line(PROG, '%s; nothing written' % exc)
+        arguments.error_line(PROG, '%s; nothing written' % exc)
         return 1
     except (InputError, UsageError) as exc:
-        common.error_line(PROG, exc)
+        arguments.error_line(PROG, exc)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
         words, status = stopped(exc)
-        common.error_line(PROG, '%s; nothing written' % words)
+        arguments.error_line(PROG, '%s; nothing written' % words)
         return status
     _print_summary(summary)
     return 0

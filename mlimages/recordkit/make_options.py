@@ -3,7 +3,7 @@ archive flags combine (archives.py, imagenet.py)."""
 import argparse
 
 from mlimages.recordkit import archives
-from mlimages.cli import common
+from mlimages.cli import arguments, worker_processes
 from mlimages.recordkit import imagenet
 from mlimages.recordkit.image_lists import InputError
 
@@ -22,7 +22,7 @@ def _one_hot_flag(value):
 
 def build_parser():
     """The argparse parser of the command line."""
-    parser = common.OneLineParser(
+    parser = arguments.OneLineParser(
         prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
         description='Write image lists ("<path> <class>:<confidence> ...") to TFRecord '
                     'shards <out_dir>/<split>/<N>.tfrecords with the features image '
@@ -86,14 +86,14 @@ def build_parser():
     parser.add_argument('--workers', type=int, default=None, metavar='N',
                         help='parallel worker processes, one shard each at a time '
                              '(default: the number of CPUs, %d here)'
-                             % common.default_workers())
+                             % worker_processes.default_workers())
     parser.add_argument('--report', metavar='FILE',
                         help='where to list the skipped images '
                              '(default: <out_dir>/<split>_report.txt)')
     parser.add_argument('--jpeg_quality', type=int, default=95, metavar='Q',
                         help='JPEG quality for images that must be re-encoded: non-JPEG '
                              'files, CMYK/YCCK JPEGs and downscaled images (default: 95)')
-    parser.add_argument('--short_side', type=common.non_negative_int, default=0,
+    parser.add_argument('--short_side', type=arguments.non_negative_int, default=0,
                         metavar='N',
                         help='store an image whose shorter side exceeds N downscaled to N '
                              '(aspect kept, antialiased, re-encoded at --jpeg_quality); '
@@ -175,7 +175,7 @@ def inputs(args):
                              % (args.class_num, args.dictionary, count))
     if args.imagenet_train_tar:
         args.split = args.split or 'train'
-        workers = args.workers or common.default_workers()
+        workers = args.workers or worker_processes.default_workers()
         try:
             path, count = imagenet.write_train_list(
                 args.imagenet_train_tar, args.dictionary, args.out_dir,

@@ -62,7 +62,7 @@ from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.run import run_dirs
 from mlimages.config import startup
 from mlimages.errors import AllImagesSkippedError, stopped
-from mlimages.cli import common
+from mlimages.cli import arguments, lazy_tensorflow, worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.recordkit import archives
 from mlimages.recordkit import shard_plan
@@ -143,7 +143,8 @@ def _labelled_example(task, data, labels, width, height, image):
     if task.get('hierarchy') is not None:
         classes, values, added = hierarchy_lib.close_sparse(classes, values,
                                                             task['hierarchy'])
-    records = common.checkout_module('mlimages.data.records')
+    lazy_tensorflow.tensorflow()
+    from mlimages.data import records
     if task.get('single_label'):
         return records.make_class_index_example(data, classes[0], width, height, image), 0
     if task.get('label_layout') == 'sparse':
@@ -285,7 +286,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     if report_path is None:
         report_path = os.path.join(os.fspath(out_dir), '%s_report.txt' % split)
     report_path = os.fspath(report_path)
-    workers = workers or common.default_workers()
+    workers = workers or worker_processes.default_workers()
 
     missing = []
     if source is not None:
@@ -324,7 +325,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
             with open(shared, 'wb') as f:
                 pickle.dump(hierarchy, f)
             tasks = [dict(t, hierarchy=None, hierarchy_file=shared) for t in tasks]
-        results = common.run_tasks(_write_shard, tasks, workers, meter.add)
+        results = worker_processes.run_tasks(_write_shard, tasks, workers, meter.add)
     finally:
         for path in (plan_path, shared):
             if os.path.exists(path):
@@ -416,7 +417,7 @@ def _closure_line(summary, hierarchy):
 # ---------------------------------------------------------------------------- CLI
 
 def _error(message):
-    common.error_line(PROG, message)
+    arguments.error_line(PROG, message)
 
 
 def _print_summary(summary, hierarchy=None):

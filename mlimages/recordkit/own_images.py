@@ -54,7 +54,7 @@ import re
 
 from PIL import Image
 
-from mlimages.cli import common
+from mlimages.cli import worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.errors import AllImagesSkippedError, BadImageError, InputError
 from mlimages.files import atomic_output
@@ -195,7 +195,7 @@ def check_file(file):
 
 
 def check_chunk(files, on_progress=None):
-    """check_file of each file (a task of common.run_tasks)."""
+    """check_file of each file (a task of worker_processes.run_tasks)."""
     results = [check_file(file) for file in files]
     if on_progress is not None:
         on_progress(len(files))
@@ -367,7 +367,7 @@ def make_image_list(out, image_root=None, csv_path=None, val_out=None, val_fract
         entries, skips, universe = csv_entries(csv_path)
         root = os.path.dirname(csv_path) or '.'
     kept, checked_skips, rotated = check_entries(
-        entries, lambda f, t, p: common.run_tasks(f, t, workers, p), progress)
+        entries, lambda f, t, p: worker_processes.run_tasks(f, t, workers, p), progress)
     skips += checked_skips
     names, kept = map_classes(kept, skips, given)
     skips.sort(key=lambda skip: natural_key(skip[0]))

@@ -21,7 +21,7 @@ import collections
 import numpy as np
 
 from mlimages.errors import op_error_text
-from mlimages.cli import common
+from mlimages.cli import lazy_tensorflow
 
 MAX_LISTED_VALUES = 5       # offending label entries quoted in one reason
 
@@ -59,7 +59,7 @@ class _TFDecoder(object):
     """bytes -> uint8 [H, W, 3] through TensorFlow's decode_image in a private graph."""
 
     def __init__(self):
-        tf = common.tensorflow()
+        tf = lazy_tensorflow.tensorflow()
         self._graph = tf.Graph()
         with self._graph.as_default():
             self._encoded = tf.placeholder(tf.string, [], name='encoded')
@@ -155,7 +155,9 @@ def _sparse_label_bytes(sparse, class_num, reasons):
         reasons.append('%s: label/index %d outside [0, class_num=%d)'
                        % (LABEL_LENGTH, outside[0], class_num))
         return None
-    return common.checkout_module('mlimages.data.records').dense_label(index, value, class_num).tobytes()
+    lazy_tensorflow.tensorflow()
+    from mlimages.data import records
+    return records.dense_label(index, value, class_num).tobytes()
 
 
 def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type='multi'):
@@ -174,8 +176,8 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type
     Returns a CheckResult(ok, reasons, warnings, label, name, positives); see its
     docstring.
     """
-    tf = common.tensorflow()
-    records = common.checkout_module('mlimages.data.records')
+    tf = lazy_tensorflow.tensorflow()
+    from mlimages.data import records
     reasons, warnings = [], []
     example = tf.train.Example()
     try:

@@ -25,7 +25,7 @@ import numpy as np
 from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.cli import progress as _progress
 from mlimages.errors import op_error_text
-from mlimages.cli import common
+from mlimages.cli import lazy_tensorflow
 from mlimages.recordkit.record_checks import (CHECKER_CRASH, CORRUPT_FILE, EMPTY_SHARD,
                                  UNREADABLE_FILE, check_record, process_decoder)
 
@@ -70,7 +70,7 @@ class _FileStats(object):
 def _read_records(path):
     # tf_record_iterator is deprecated for eager code; in graph mode it is the plain
     # reader. Its deprecation note would be logged once per process.
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     verbosity = tf.logging.get_verbosity()
     tf.logging.set_verbosity(tf.logging.ERROR)
     try:
@@ -106,7 +106,7 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
     A corrupt file has one bad entry with index = the first unreadable record and
     last_good_index = the record before it (-1: none).
     """
-    tf = common.tensorflow()
+    tf = lazy_tensorflow.tensorflow()
     start = time.monotonic()
     path = os.fspath(path)
     stats = _FileStats(class_num, mask_thres, hierarchy)

@@ -1,7 +1,7 @@
 """Writing shard files so that a killed run can be resumed: every shard goes to a temporary
 name (<path>.tmp-<pid>) and is renamed only when complete, so `N.tfrecords` is always
 whole; a rerun skips the shards that exist (unless overwrite) and removes the temporary
-leftovers of the ones it writes again. Tasks run in parallel through common.run_tasks.
+leftovers of the ones it writes again. Tasks run in parallel through worker_processes.run_tasks.
 """
 import os
 

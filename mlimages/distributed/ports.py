@@ -1,4 +1,4 @@
-"""Free TCP ports for the tasks of a cluster on this machine (tools/launch_local_cluster.py,
+"""Free TCP ports for the tasks of a cluster on this machine (local_cluster, tools/benchmark.py,
 the process tests): drawn at random below the kernel's ephemeral range, so that no outgoing
 connection can take one between the check and the task's bind."""
 import random

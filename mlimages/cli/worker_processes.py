@@ -1,6 +1,5 @@
-"""What the tools share: their argparse helpers and one-line errors, the worker count and
-the two ways they run tasks in worker processes ('spawn' context: forking a process that
-has imported TensorFlow is unsafe).
+"""The worker count and the two ways the commands run tasks in worker processes ('spawn'
+context: forking a process that has imported TensorFlow is unsafe).
 
 run_tasks / run_pool: independent tasks, `func(task, report)` in a Pool; what a worker
   passes to report(...) reaches the parent's on_progress(...) through a queue, and a
@@ -9,106 +8,16 @@ run_workers: one process and one pipe per worker (check_tfrecords): a worker tha
   (a native crash) costs its item only, and the parent learns the position the worker
   was at and the last lines it wrote to stderr.
 """
-import argparse
 import collections
-import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import queue as queue_module
 import signal
-import sys
 import tempfile
-import warnings
 
-from mlimages.config import interpreter
-from mlimages.errors import stopped
 from mlimages.cli import progress as _progress
-
-
-# --------------------------------------------------------------------------- argparse
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line: '<prog>: error: <message><hint>'
-    (exit status 2)."""
-
-    def __init__(self, *args, error_hint='', **kwargs):
-        super(OneLineParser, self).__init__(*args, **kwargs)
-        self.error_hint = error_hint
-
-    def error(self, message):
-        self.exit(2, '%s: error: %s%s\n' % (self.prog, message, self.error_hint))
-
-
-def error_line(prog, message):
-    """Writes `PROG: error: MESSAGE` to stderr, the message on one line (its whitespace,
-    newlines included, collapsed)."""
-    sys.stderr.write('%s: error: %s\n' % (prog, ' '.join(str(message).split())))
-
-
-def download_failure(prog, exc, out_dir):
-    """The one line and the exit status of a tool of the download path (urls_to_img2dataset,
-    img2dataset_to_list) stopped by an ImportError (img2dataset or pyarrow missing: 2, naming
-    the download extras) or a KeyboardInterrupt (SIGTERM or Ctrl-C: 128 + the signal; OUT,
-    written whole or not at all, left as it was)."""
-    if isinstance(exc, ImportError):
-        error_line(prog, '%s; install the download extras: %s install -r '
-                   'requirements-download.txt' % (exc, interpreter.pip_command()))
-        return 2
-    words, status = stopped(exc)
-    error_line(prog, '%s; %s was left as it was, rerun the same command' % (words, out_dir))
-    return status
-
-
-def int_at_least(minimum, bound):
-    """An argparse type: an integer >= minimum; `bound` words the limit in the error."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError('not an integer: %r' % text) from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError('must be %s, got %d' % (bound, value))
-        return value
-    return parse
-
-
-positive_int = int_at_least(1, '> 0')
-non_negative_int = int_at_least(0, '>= 0')
-
-
-_tensorflow = None
-
-
-def tensorflow():
-    """tensorflow.compat.v1 in graph mode, imported on first use and quietly (no C++
-    start-up lines, no deprecation note): how the tools load TensorFlow, so that --help and
-    usage errors answer at once and a parent that only hands out work (check_tfrecords')
-    never loads it."""
-    global _tensorflow
-    if _tensorflow is None:
-        quiet_tensorflow()
-        warnings.filterwarnings('ignore', message='.*is deprecated', category=UserWarning)
-        import tensorflow.compat.v1 as tf
-        verbosity = tf.logging.get_verbosity()
-        tf.logging.set_verbosity(tf.logging.ERROR)
-        tf.disable_v2_behavior()
-        tf.logging.set_verbosity(verbosity)
-        _tensorflow = tf
-    return _tensorflow
-
-
-def checkout_module(name):
-    """A module of the checkout that imports TensorFlow (records, serving, ...), imported
-    on first use, after tensorflow()."""
-    tensorflow()
-    return importlib.import_module(name)
-
-
-def quiet_tensorflow():
-    """TensorFlow's C++ start-up chatter (CUDA plugins, ...) would garble the progress
-    line; errors that matter reach Python as exceptions. Only before TF is loaded."""
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+from mlimages.cli.lazy_tensorflow import quiet_tensorflow
 
 
 def default_workers():
@@ -312,6 +221,12 @@ def run_workers(items, target, args, workers, on_progress, on_finished, on_crash
     todo = collections.deque(enumerate(items))
     results = [None] * len(items)
     live = []
+
+    def finish(worker, result):
+        results[worker.task] = result if on_result is None else on_result(result)
+        worker.task = None
+        on_finished()
+
     try:
         while todo or any(w.task is not None for w in live):
             while todo and len(live) < workers:
@@ -323,28 +238,14 @@ def run_workers(items, target, args, workers, on_progress, on_finished, on_crash
                 timeout=_progress.PROGRESS_INTERVAL / 2)
             for worker in list(live):
                 dead = worker.dead()  # before reading: then every message it sent is read
-                for kind, payload in worker.messages():
-                    if kind == 'progress':
-                        on_progress(payload)
-                    elif kind == 'done':
-                        results[worker.task] = payload if on_result is None \
-                            else on_result(payload)
-                        worker.task = None
-                        on_finished()
-                        if todo and not dead:
-                            worker.assign(*todo.popleft())
-                    else:
-                        raise RuntimeError('%s %s failed: %s'
-                                           % (what, items[worker.task], payload))
+                _take_messages(worker, dead, todo, on_progress, finish,
+                               lambda payload: '%s %s failed: %s' % (
+                                   what, items[worker.task], payload))
                 if dead:
                     if worker.task is not None:
-                        crashed = on_crash(
+                        finish(worker, on_crash(
                             items[worker.task], worker.process.exitcode,
-                            worker.position.value, worker.last_output())
-                        results[worker.task] = crashed if on_result is None \
-                            else on_result(crashed)
-                        on_finished()
-                        worker.task = None
+                            worker.position.value, worker.last_output()))
                     live.remove(worker)
                     worker.stop(kill=True)
                 elif worker.task is None and not todo:
@@ -354,3 +255,18 @@ def run_workers(items, target, args, workers, on_progress, on_finished, on_crash
         for worker in live:
             worker.stop(kill=True)
     return results
+
+
+def _take_messages(worker, dead, todo, on_progress, finish, failure):
+    """Acts on the messages a worker sent: progress to on_progress, a result to
+    finish(worker, result) and the next item to a live worker, a handler's error raised
+    as RuntimeError(failure(payload))."""
+    for kind, payload in worker.messages():
+        if kind == 'progress':
+            on_progress(payload)
+        elif kind == 'done':
+            finish(worker, payload)
+            if todo and not dead:
+                worker.assign(*todo.popleft())
+        else:
+            raise RuntimeError(failure(payload))
