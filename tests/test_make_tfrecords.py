@@ -12,6 +12,7 @@ from mlimages.data import input_pipeline
 from mlimages.data import records as records_lib
 from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, run_program, \
     run_session, write_images_and_list, write_lines as _write
+from mlimages import errors
 from mlimages.recordkit import make_tfrecords as mt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -227,7 +228,7 @@ def test_two_workers_write_the_same_records_as_one(images, tmp_path):
 def test_all_images_skipped_exits_1(images, tmp_path, capsys):
     lst = _write(tmp_path / 'bad.txt', ['missing.jpg 1', 'empty.jpg'])
     out = tmp_path / 'out'
-    with pytest.raises(mt.AllImagesSkippedError) as info:
+    with pytest.raises(errors.AllImagesSkippedError) as info:
         mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
                          progress=False)
     assert info.value.summary['images_skipped'] == 2
@@ -250,7 +251,7 @@ def test_image_root_of_archives_names_the_flag_that_reads_them(tmp_path):
     tars.mkdir()
     (tars / 'n01440764.tar').write_bytes(b'')
     lst = _write(tmp_path / 'ids.txt', ['n01440764/n01440764_18.JPEG 0:1'])
-    with pytest.raises(mt.AllImagesSkippedError, match=(
+    with pytest.raises(errors.AllImagesSkippedError, match=(
             r'; --image_root %s holds tar archives \(n01440764.tar\): they are read in place '
             r'with --image_tars %s instead' % (tars, tars))):
         mt.build_records(str(lst), str(tars), str(tmp_path / 'out'), class_num=CLASS_NUM,

@@ -42,6 +42,7 @@ import time
 import file_db
 from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.config import startup
+from mlimages import errors
 from mlimages.errors import UsageError, stop_raises, stopped  # UsageError: exit 2
 from mlimages.cli import common
 from mlimages.cli import progress as _progress
@@ -156,7 +157,7 @@ def resolve_inputs(inputs):
             for sub in ('',) + SPLITS:
                 try:
                     found.extend(file_db.list_shards(item, sub, SHARD_PATTERN))
-                except file_db.DataError:
+                except errors.DataError:
                     pass
             if not found:
                 raise UsageError('no shard files (%s) in %s or its %s subdirectories'
@@ -362,7 +363,7 @@ def main(argv=None):
             raise UsageError('no shard files or directories given')
         paths = resolve_inputs(args.inputs)
         hierarchy = load_hierarchy(args.hierarchy, args.class_num)
-    except (UsageError, hierarchy_lib.HierarchyError) as exc:
+    except (UsageError, errors.HierarchyError) as exc:
         sys.stderr.write('%s: error: %s\n' % (PROG, exc))
         return 2
     try:

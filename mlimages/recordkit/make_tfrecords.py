@@ -61,14 +61,16 @@ import time
 from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.run import run_dirs
 from mlimages.config import startup
-from mlimages.errors import AllImagesSkippedError, stopped
+from mlimages import errors
+from mlimages.errors import (AllImagesSkippedError, BadImageError, InputError,
+                             MakeRecordsError, stopped)
 from mlimages.cli import common
 from mlimages.cli import progress as _progress
 from mlimages.recordkit import archives
 from mlimages.recordkit import shard_plan
 from mlimages.recordkit import shards
-from mlimages.recordkit.image_lists import InputError, MakeRecordsError, resolve_lists
-from mlimages.recordkit.images import BadImageError, load_image, record_image
+from mlimages.recordkit.image_lists import resolve_lists
+from mlimages.recordkit.images import load_image, record_image
 from mlimages.recordkit.make_options import (LABEL_LAYOUTS, PROG, SPLITS,
                                         archive_flag_problem, build_parser, inputs)
 
@@ -296,7 +298,7 @@ def build_records(lists, image_root, out_dir, split='train', class_num=None,
     os.makedirs(split_dir, exist_ok=True)
     try:
         run_dirs.hold_lock(split_dir, 'make_tfrecords.py')
-    except run_dirs.DirectoryError as e:
+    except errors.DirectoryError as e:
         raise InputError(str(e))
     for name in os.listdir(split_dir):  # the plan a killed run left behind (we hold the lock)
         if name.startswith('.plan-') and name.endswith(('.npy', '.pickle')):
@@ -402,7 +404,7 @@ def _resolve(plans, by_key, list_files, source, out_dir, workers, note, progress
     try:
         if shard_plan.resolve(plans, by_key, list_files, source, out_dir, index, note):
             return shard_plan.missing_entries(plans, list_files, source)
-    except archives.ArchiveError as exc:
+    except errors.ArchiveError as exc:
         raise InputError(str(exc)) from None
     return []
 
@@ -471,7 +473,7 @@ def main(argv=None):
         _print_summary(exc.summary, hierarchy)
         _error(exc)
         return 1
-    except (MakeRecordsError, hierarchy_lib.HierarchyError) as exc:
+    except (MakeRecordsError, errors.HierarchyError) as exc:
         _error(exc)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
