@@ -18,7 +18,7 @@ import os
 import re
 
 import numpy as np
-from mlimages.errors import MakeRecordsError, InputError, ListFormatError
+from mlimages.errors import InputError, ListFormatError
 
 # Strict token grammar: int() and float() alone would also accept '1_0', 'nan', 'inf'.
 _INDEX_RE = re.compile(r'[+-]?\d+\Z')
