@@ -14,7 +14,8 @@ from PIL import Image
 
 from mlimages.data import records
 from helpers import ROOT, run_program
-from tools import check_tfrecords as ct
+from mlimages.recordkit import check_report
+from mlimages.recordkit import check_tfrecords as ct
 from mlimages.recordkit import make_tfrecords as mt
 
 from mlimages.data import hierarchy as H
@@ -177,7 +178,7 @@ def test_checker_counts_unclosed_labels_as_a_naive_count(data, tmp_path):
     worst = found['worst'][0]
     assert worst['pairs'] == per_class.max() and worst['name'] == h.names[worst['class']]
     assert summary['ok']
-    text = ct.format_report(summary)
+    text = check_report.format_report(summary)
     assert 'WARNING: %d of %d records' % (found['records'], IMAGES) in text
     assert 'make_tfrecords.py --hierarchy' in text and 'convert_tfrecords.py' in text
     # What closure leaves: pairs whose ancestor is annotated below the threshold (0.3,
@@ -188,7 +189,7 @@ def test_checker_counts_unclosed_labels_as_a_naive_count(data, tmp_path):
                             workers=1, progress=False, hierarchy=h)['hierarchy']
     assert closed['records'] == sum(1 for _, n in kept if n)
     assert closed['pairs'] == closed['kept_pairs'] == found['kept_pairs']
-    assert 'fix: close the labels' not in ct.format_hierarchy(closed, IMAGES, THRES)
+    assert 'fix: close the labels' not in check_report.format_hierarchy(closed, IMAGES, THRES)
 
 
 def test_checker_finds_nothing_after_closing_hard_labels(data, tmp_path):
