@@ -170,8 +170,9 @@ def _build(inputs, records, output, work):
     workers = work.workers or common.default_workers()
     missing = []
     if inputs.source is not None:
-        missing = _resolve(plans, by_key, list_files, inputs.source,
-                           os.fspath(output.out_dir), workers, note, work.progress)
+        missing = _missing_from_release(plans, by_key, list_files, inputs.source,
+                                        os.fspath(output.out_dir), workers, note,
+                                        work.progress)
     plan, bounds = shard_plan.shard_order(plans, output.num_shards, inputs.source)
 
     _hold_split_dir(split_dir)
@@ -373,9 +374,10 @@ def archives_hint(image_root, look=200):
             'instead (docs/records.md)' % (image_root, tars[0], flag))
 
 
-def _resolve(plans, by_key, list_files, source, out_dir, workers, note, progress):
-    """shard_plan.resolve with the archives indexed by `workers` processes; the
-    report entries of the images missing from the release."""
+def _missing_from_release(plans, by_key, list_files, source, out_dir, workers, note,
+                          progress):
+    """The report entries of the images missing from the release, after
+    shard_plan.resolve with the archives indexed by `workers` processes."""
     def index(tasks):
         archives.index_all(tasks, workers, progress)
     try:
