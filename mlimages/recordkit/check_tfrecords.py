@@ -98,7 +98,7 @@ def check_files(paths, class_num, workers=None, progress=True, mask_thres=0.7,
     and totals: files, records, bad_records, corrupt_files, warnings, labelled_records,
     ignored_entries, positives (per class), never_positive (classes without a positive),
     cardinality (list: positives per image -> records); with a hierarchy also hierarchy
-    (shard_checks.hierarchy_totals).
+    (shard_checks.Totals.hierarchy_totals).
     """
     paths = [os.fspath(p) for p in paths]
     if class_num < 1:

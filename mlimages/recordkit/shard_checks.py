@@ -309,11 +309,3 @@ def totals(per_file, class_num):
     for summary in per_file:
         acc.add(summary)
     return acc.totals()
-
-
-def hierarchy_totals(per_file, hierarchy, worst=10):
-    """Totals.hierarchy_totals over a list of check_file summaries."""
-    acc = Totals(len(hierarchy), hierarchy)
-    for summary in per_file:
-        acc.add(summary)
-    return acc.hierarchy_totals(worst)
