@@ -97,6 +97,9 @@ def complete_shard_parquets(download_dir, shards):
 
 
 def read_shard(path, shard_rows):
+    """The rows of one shard's parquet as dicts of COLUMNS, in input order (by key);
+    raises ListError for a missing column, IncompleteDownloadError for a row count other
+    than shard_rows."""
     import pyarrow.parquet as pq
     names = pq.ParquetFile(path).schema_arrow.names
     absent = [c for c in COLUMNS if c not in names]
