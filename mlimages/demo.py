@@ -110,8 +110,9 @@ def make_dataset(demo_dir, seed=0):
                 image.save(os.path.join(image_root, name), quality=90)
                 lines.write('%s\t%s\n' % (name, ' '.join('%d:1' % c for c in classes)))
         print('demo: drew %d %s images, building %d shard(s)' % (count, split, shards))
-        make_tfrecords.build_records([list_path], image_root, data_dir, split=split,
-                                     class_num=len(CLASSES), num_shards=shards)
+        make_tfrecords.build_records(make_tfrecords.Inputs([list_path], image_root),
+                                     make_tfrecords.Records(len(CLASSES)),
+                                     make_tfrecords.Output(data_dir, split, shards))
     with open(os.path.join(demo_dir, 'dictionary.txt'), 'w') as f:
         f.write('category_index\tcategory_id\tindex_of_parent_category\tcategory name\n')
         for i, name in enumerate(CLASSES):

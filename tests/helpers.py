@@ -50,11 +50,26 @@ def write_dataset(root, train_lists=2, per_list=6, class_num=CLASSES, seed=0):
                 f.write('%s\t0:1 %d:0.8 3:-1%s\n' % (name, 1 + i % 2, ' 4' if i % 3 else ''))
         lists.append(path)
     data = os.path.join(root, 'data')
-    make_tfrecords.build_records(lists[:-1], images, data, split='train',
-                                 class_num=class_num, workers=1, progress=False)
-    make_tfrecords.build_records(lists[-1:], images, data, split='val',
-                                 class_num=class_num, workers=1, progress=False)
+    build_records(lists[:-1], images, data, split='train',
+                  class_num=class_num, workers=1, progress=False)
+    build_records(lists[-1:], images, data, split='val',
+                  class_num=class_num, workers=1, progress=False)
     return data
+
+
+def build_records(lists, image_root, out_dir, **settings):
+    """make_tfrecords.build_records with its settings as keywords, each put in its group
+    (make_tfrecords.Inputs, Records, Output, Work)."""
+    groups = {}
+    for group in (make_tfrecords.Inputs, make_tfrecords.Records, make_tfrecords.Output,
+                  make_tfrecords.Work):
+        groups[group] = {name: settings.pop(name) for name in group._fields if name in settings}
+    assert not settings, 'not a setting of build_records: %s' % sorted(settings)
+    return make_tfrecords.build_records(
+        make_tfrecords.Inputs(lists, image_root, **groups[make_tfrecords.Inputs]),
+        make_tfrecords.Records(**groups[make_tfrecords.Records]),
+        make_tfrecords.Output(out_dir, **groups[make_tfrecords.Output]),
+        make_tfrecords.Work(**groups[make_tfrecords.Work]))
 
 
 def run_program(program, *args, env=ENV, cwd=ROOT, timeout=600):
@@ -256,8 +271,8 @@ def write_mixed_shards(root, class_num):
     Image.fromarray(smooth_pixels(30, 30)).save(extra)
     with open(list_path, 'a') as f:
         f.write('p.png 2:1\n')
-    make_tfrecords.build_records([list_path], images, os.path.join(root, 'data'),
-                                 class_num=class_num, workers=1, progress=False, num_shards=2)
+    build_records([list_path], images, os.path.join(root, 'data'),
+                  class_num=class_num, workers=1, progress=False, num_shards=2)
     directory = os.path.join(root, 'data', 'train')
     # A PNG stored as is (the builder would convert it to JPEG): the fallback path.
     example = records.make_example(encode_pixels(smooth_pixels(20, 30), 'PNG'),

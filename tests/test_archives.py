@@ -13,10 +13,9 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 from mlimages.data import input_pipeline
-from helpers import ROOT, options, run_program, run_session, write_lines
+from helpers import ROOT, build_records, options, run_program, run_session, write_lines
 from mlimages.recordkit import archives
 from mlimages.recordkit import imagenet
-from mlimages.recordkit import make_tfrecords as mt
 
 CLASS_NUM = 12
 
@@ -92,9 +91,9 @@ def test_synset_tars_to_records_round_robin_with_missing_ids(release, tmp_path,
     root, tars, images = release
     lst, lines = _ml_images_list(tmp_path / 'train_image_id_from_imagenet.txt', images)
     out = tmp_path / 'out'
-    summary = mt.build_records(str(lst), None, str(out), class_num=CLASS_NUM, num_shards=3,
-                               workers=2, progress=False,
-                               source=archives.Source('tars', str(tars)))
+    summary = build_records(str(lst), None, str(out), class_num=CLASS_NUM, num_shards=3,
+                            workers=2, progress=False,
+                            source=archives.Source('tars', str(tars)))
     assert summary['images_missing'] == 2
     assert summary['images_skipped'] == 1            # the broken JPEG
     assert summary['images_written'] == 14
@@ -135,9 +134,9 @@ def test_synset_tars_to_records_round_robin_with_missing_ids(release, tmp_path,
     monkeypatch.setattr(tarfile, 'open', no_scan)
     stamps = {n: os.stat(out / archives.INDEX_DIR / n).st_mtime_ns
               for n in os.listdir(out / archives.INDEX_DIR)}
-    again = mt.build_records(str(lst), None, str(out), class_num=CLASS_NUM, num_shards=3,
-                             workers=1, progress=False, overwrite=True,
-                             source=archives.Source('tars', str(tars)))
+    again = build_records(str(lst), None, str(out), class_num=CLASS_NUM, num_shards=3,
+                          workers=1, progress=False, overwrite=True,
+                          source=archives.Source('tars', str(tars)))
     assert again['images_written'] == 14
     assert stamps == {n: os.stat(out / archives.INDEX_DIR / n).st_mtime_ns
                       for n in os.listdir(out / archives.INDEX_DIR)}
@@ -152,14 +151,14 @@ def test_a_changed_archive_is_indexed_again(release, tmp_path):
     lst = write_lines(tmp_path / 'l.txt', ['n01440764/n01440764_1.JPEG 1'])
     out = tmp_path / 'out'
     source = archives.Source('tars', str(copy))
-    mt.build_records(str(lst), None, str(out), class_num=CLASS_NUM, workers=1,
-                     progress=False, source=source)
+    build_records(str(lst), None, str(out), class_num=CLASS_NUM, workers=1,
+                  progress=False, source=source)
     other = _jpeg(98, (50, 20))
     _write(str(copy / 'n01440764.tar'), _tar_bytes([('pad.txt', b'x' * 3000),
                                                     ('n01440764_1.JPEG', other)]))
     os.utime(copy / 'n01440764.tar', ns=(1, 1))
-    mt.build_records(str(lst), None, str(out), class_num=CLASS_NUM, workers=1,
-                     progress=False, source=source, overwrite=True)
+    build_records(str(lst), None, str(out), class_num=CLASS_NUM, workers=1,
+                  progress=False, source=source, overwrite=True)
     example, = _examples(out / 'train' / '0.tfrecords')
     assert example.features.feature['image'].bytes_list.value[0] == other
 

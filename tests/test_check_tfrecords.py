@@ -12,7 +12,7 @@ import pytest
 import train  # noqa: F401 (graph mode, as train.py runs)
 from helpers import CHECK_CLASSES as CLASSES, JPEG, ODD_BUT_FINE, ROOT, encode_noise as encode, \
     label_vector, raw_label_record, record, write_shard
-from tools import check_tfrecords as ct
+from mlimages.recordkit import check_tfrecords as ct
 from mlimages.cli.progress import PLAIN_INTERVAL
 from mlimages.recordkit import record_checks as rc
 
@@ -283,7 +283,7 @@ def test_a_worker_that_dies_costs_its_file_only(tmp_path, monkeypatch):
     # TensorFlow; no TensorFlow is loaded in them, so the test stays fast.
     (tmp_path / 'dying_worker.py').write_text(
         'import os, signal\n'
-        'from tools import check_tfrecords\n'
+        'from mlimages.recordkit import check_tfrecords\n'
         'from mlimages.recordkit import shard_checks\n'
         'def main(*args):\n'
         '    def check(path, class_num, mask_thres, decoder, on_progress, on_record,\n'

@@ -14,6 +14,7 @@ import file_db
 from mlimages.data import hierarchy
 from mlimages.data import records
 from helpers import ROOT, encode_pixels, smooth_pixels
+from mlimages import errors
 from mlimages.recordkit import convert_tfrecords as ct
 
 CLASSES = 6
@@ -192,12 +193,12 @@ def test_hierarchy_on_sparse_records_matches_close_sparse(shards_in, tmp_path):
 
 
 def test_bad_arguments(shards_in, tmp_path):
-    with pytest.raises(ct.ConvertError, match='inside'):
+    with pytest.raises(errors.ConvertError, match='inside'):
         ct.convert(str(shards_in), str(shards_in / 'sub'), short_side=10)
-    with pytest.raises(ct.ConvertError, match='nothing to change'):
+    with pytest.raises(errors.ConvertError, match='nothing to change'):
         ct.convert(str(shards_in), str(tmp_path / 'o'))
     (tmp_path / 'empty').mkdir()
-    with pytest.raises(ct.ConvertError, match='no \\*.tfrecords'):
+    with pytest.raises(errors.ConvertError, match='no \\*.tfrecords'):
         ct.convert(str(tmp_path / 'empty'), str(tmp_path / 'x'), short_side=10)
     assert not (tmp_path / 'x').exists() and not (tmp_path / 'o').exists()
 

@@ -198,10 +198,10 @@ def check_plan_run(args):
 
 def tool_parsers():
     """{program: parse(arguments)} with each tool's own parser, as its main parses."""
-    from tools import (benchmark, check_tfrecords, export_onnx, extract_features, graph_size,
-                       img2dataset_to_list, memory_peak, predict, ps_placement)
-    from mlimages.recordkit import (convert_tfrecords, make_image_list, make_options,
-                                    urls_to_img2dataset)
+    from tools import (benchmark, export_onnx, extract_features, graph_size, memory_peak,
+                       predict, ps_placement)
+    from mlimages.recordkit import (check_tfrecords, convert_tfrecords, img2dataset_to_list,
+                                    make_image_list, make_options, urls_to_img2dataset)
     plain = lambda build: lambda a: build().parse_args(a)
     intermixed = lambda build: lambda a: build().parse_intermixed_args(a)
     return {'benchmark.py': plain(benchmark.build_parser),

@@ -13,9 +13,9 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 from mlimages.data import records
-from helpers import ROOT, run_program
-from tools import check_tfrecords as ct
-from mlimages.recordkit import make_tfrecords as mt
+from helpers import ROOT, build_records, run_program
+from mlimages.recordkit import check_report
+from mlimages.recordkit import check_tfrecords as ct
 
 from mlimages.data import hierarchy as H
 
@@ -124,9 +124,9 @@ def read_labels(shard_dir, class_num=CLASSES):
 
 def build(data, out, layout='dense', hierarchy=True):
     h = H.load(str(data['hierarchy'])) if hierarchy else None
-    return mt.build_records([str(data['list'])], str(data['root'] / 'images'), str(out),
-                            class_num=CLASSES, workers=1, progress=False, label_layout=layout,
-                            hierarchy=h)
+    return build_records([str(data['list'])], str(data['root'] / 'images'), str(out),
+                         class_num=CLASSES, workers=1, progress=False, label_layout=layout,
+                         hierarchy=h)
 
 
 def dense(pairs):
@@ -177,7 +177,7 @@ def test_checker_counts_unclosed_labels_as_a_naive_count(data, tmp_path):
     worst = found['worst'][0]
     assert worst['pairs'] == per_class.max() and worst['name'] == h.names[worst['class']]
     assert summary['ok']
-    text = ct.format_report(summary)
+    text = check_report.format_report(summary)
     assert 'WARNING: %d of %d records' % (found['records'], IMAGES) in text
     assert 'make_tfrecords.py --hierarchy' in text and 'convert_tfrecords.py' in text
     # What closure leaves: pairs whose ancestor is annotated below the threshold (0.3,
@@ -188,7 +188,7 @@ def test_checker_counts_unclosed_labels_as_a_naive_count(data, tmp_path):
                             workers=1, progress=False, hierarchy=h)['hierarchy']
     assert closed['records'] == sum(1 for _, n in kept if n)
     assert closed['pairs'] == closed['kept_pairs'] == found['kept_pairs']
-    assert 'fix: close the labels' not in ct.format_hierarchy(closed, IMAGES, THRES)
+    assert 'fix: close the labels' not in check_report.format_hierarchy(closed, IMAGES, THRES)
 
 
 def test_checker_finds_nothing_after_closing_hard_labels(data, tmp_path):
@@ -199,9 +199,9 @@ def test_checker_finds_nothing_after_closing_hard_labels(data, tmp_path):
     (tmp_path / 'hard.txt').write_text('\n'.join(hard) + '\n')
     h = H.load(str(data['hierarchy']))
     for sub, closed in (('flat', None), ('closed', h)):
-        mt.build_records([str(tmp_path / 'hard.txt')], str(data['root'] / 'images'),
-                         str(tmp_path / sub), class_num=CLASSES, workers=1, progress=False,
-                         hierarchy=closed)
+        build_records([str(tmp_path / 'hard.txt')], str(data['root'] / 'images'),
+                      str(tmp_path / sub), class_num=CLASSES, workers=1, progress=False,
+                      hierarchy=closed)
     paths = {sub: ct.resolve_inputs([str(tmp_path / sub)]) for sub in ('flat', 'closed')}
     flat = ct.check_files(paths['flat'], CLASSES, workers=1, progress=False, hierarchy=h)
     assert flat['hierarchy']['pairs'] > 0 and flat['hierarchy']['kept_pairs'] == 0
@@ -215,9 +215,9 @@ def test_checker_cli_in_worker_processes_sums_the_files(data, tmp_path):
     lists = data['list'].read_text().splitlines()
     for k in range(2):
         (tmp_path / ('l%d.txt' % k)).write_text('\n'.join(lists[k::2]) + '\n')
-    mt.build_records([str(tmp_path / 'l0.txt'), str(tmp_path / 'l1.txt')],
-                     str(data['root'] / 'images'), str(tmp_path), class_num=CLASSES,
-                     workers=1, progress=False, label_layout='sparse')
+    build_records([str(tmp_path / 'l0.txt'), str(tmp_path / 'l1.txt')],
+                  str(data['root'] / 'images'), str(tmp_path), class_num=CLASSES,
+                  workers=1, progress=False, label_layout='sparse')
     naive = sum(naive_violations(label)[0] for label in read_labels(tmp_path / 'train'))
     result = subprocess.run(
         [sys.executable, os.path.join('tools', 'check_tfrecords.py'), '--class_num',
@@ -419,10 +419,10 @@ def test_published_file_in_make_and_check(published, tmp_path):
                           tmp_path / 'sparse' / sub, '-im', tmp_path / 'images',
                           '--label_layout', 'sparse', tmp_path / 'list.txt', *extra)
         assert result.returncode == 0, result.stderr
-        summary = mt.build_records([str(tmp_path / 'list.txt')], str(tmp_path / 'images'),
-                                   str(tmp_path / 'dense' / sub), class_num=len(parents),
-                                   workers=1, progress=False,
-                                   hierarchy=tree if extra else None)
+        summary = build_records([str(tmp_path / 'list.txt')], str(tmp_path / 'images'),
+                                str(tmp_path / 'dense' / sub), class_num=len(parents),
+                                workers=1, progress=False,
+                                hierarchy=tree if extra else None)
     added = sum(n for _, n in expected)
     assert 'labels added by --hierarchy %s: %d' % (PUBLISHED, added) in result.stdout
     assert summary['labels_added'] == added
@@ -474,8 +474,8 @@ def test_worker_processes_close_labels_as_one_process(data, tmp_path):
     # The parent pickles the hierarchy once for its workers instead of into every task.
     h = H.load(str(data['hierarchy']))
     kwargs = dict(class_num=CLASSES, progress=False, hierarchy=h, num_shards=3)
-    runs = {w: mt.build_records([str(data['list'])], str(data['root'] / 'images'),
-                                str(tmp_path / str(w)), workers=w, **kwargs) for w in (1, 2)}
+    runs = {w: build_records([str(data['list'])], str(data['root'] / 'images'),
+                             str(tmp_path / str(w)), workers=w, **kwargs) for w in (1, 2)}
     assert runs[2]['labels_added'] == runs[1]['labels_added'] > 0
     one, two = (read_labels(tmp_path / str(w) / 'train') for w in (1, 2))
     assert len(one) == len(two) == runs[1]['images_written']

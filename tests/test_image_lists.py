@@ -5,6 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from mlimages.data import records
 from helpers import label_array, write_lines as _write
+from mlimages import errors
 from mlimages.recordkit import image_lists
 
 CLASS_NUM = 12
@@ -58,7 +59,7 @@ def test_parse_list_line_labels():
     ('3:1 3:0.5', 'twice'),
 ])
 def test_parse_list_line_errors(tokens, what):
-    with pytest.raises(image_lists.ListFormatError) as info:
+    with pytest.raises(errors.ListFormatError) as info:
         parse_list_line('img.jpg ' + tokens, CLASS_NUM, source='lists/a.txt', lineno=7)
     assert isinstance(info.value, ValueError)
     assert str(info.value).startswith('lists/a.txt:7: ')
@@ -82,7 +83,7 @@ def test_read_list_numbers_lines_and_skips_blanks(tmp_path):
     assert [(n, p) for n, p, _ in rows] == [(1, 'a.jpg'), (3, 'b.jpg'), (5, 'c.jpg')]
     np.testing.assert_array_equal(rows[2][2], _expected([(2, 1)]))
     _write(lst, ['a.jpg 1', 'b.jpg 99'])
-    with pytest.raises(image_lists.ListFormatError, match=r'l\.txt:2: class index 99'):
+    with pytest.raises(errors.ListFormatError, match=r'l\.txt:2: class index 99'):
         read_list(str(lst), CLASS_NUM)
 
 

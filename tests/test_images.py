@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD
+from mlimages import errors
 from mlimages.recordkit import images as image_files
 
 
@@ -33,9 +34,9 @@ def test_load_image_reencodes_other_images_as_rgb_jpeg(images):
 
 @pytest.mark.parametrize('name', sorted(BAD))
 def test_load_image_rejects_bad_files(images, name):
-    with pytest.raises(image_files.BadImageError, match=BAD[name]):
+    with pytest.raises(errors.BadImageError, match=BAD[name]):
         image_files.load_image(str(images / name))
-    with pytest.raises(image_files.BadImageError, match='directory'):
+    with pytest.raises(errors.BadImageError, match='directory'):
         image_files.load_image(str(images / 'sub'))
 
 
@@ -97,7 +98,7 @@ def test_downscale_grey_stays_grey_and_non_jpeg_becomes_rgb_jpeg(images):
 
 def test_downscale_rejects_undecodable_bytes(images):
     for name in ('trunc.jpg', 'text.jpg', 'empty.jpg'):
-        with pytest.raises(image_files.BadImageError):
+        with pytest.raises(errors.BadImageError):
             image_files.downscale((images / name).read_bytes(), 10)
 
 

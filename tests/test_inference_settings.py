@@ -12,7 +12,7 @@ import pytest
 import flags
 from mlimages.inference import inference_settings
 from mlimages.errors import UsageError
-from helpers import run_main, run_train, write_lines
+from helpers import build_records, run_main, run_train, write_lines
 
 DEFAULTS = flags.defaults()._asdict()
 TRAINED = ['# train.py run started ...', '--image_size=48', '--resnet_size=18',
@@ -138,7 +138,6 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     export keeps the training run's flags.txt."""
     from references import multilabel_metrics
     from tools import extract_features
-    from mlimages.recordkit import make_tfrecords
     from tools import predict as predict_tool
     from mlimages.inference import saved_models
     rng = np.random.default_rng(26)
@@ -147,8 +146,8 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     val_list, _ = write_split(root, 'val', VAL_IMAGES, rng)
     data = os.path.join(root, 'data')
     for split, path in (('train', train_list), ('val', val_list)):
-        make_tfrecords.build_records([path], images, data, split=split, class_num=CLASS_NUM,
-                                     workers=1, progress=False)
+        build_records([path], images, data, split=split, class_num=CLASS_NUM,
+                      workers=1, progress=False)
     model_dir = os.path.join(root, 'model')
     common = ['--data_dir=' + data, '--model_dir=' + model_dir,
               '--log_dir=' + os.path.join(root, 'log'), '--batch_size=8']

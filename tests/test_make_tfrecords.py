@@ -10,8 +10,10 @@ from PIL import Image
 import file_db
 from mlimages.data import input_pipeline
 from mlimages.data import records as records_lib
-from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, label_array, run_program, \
-    run_session, write_images_and_list, write_lines as _write
+from helpers import BAD_IMAGES as BAD, GOOD_IMAGES as GOOD, build_records, label_array, \
+    run_program, run_session, write_images_and_list, write_lines as _write
+from mlimages import errors
+from mlimages.recordkit import make_command
 from mlimages.recordkit import make_tfrecords as mt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,8 +83,8 @@ EXPECTED_LABELS = {
 def test_round_trip_and_skipped_images(images, tmp_path):
     lst = _all_images_list(tmp_path / 'list.txt')
     out = tmp_path / 'out'
-    summary = mt.build_records([str(lst)], str(images), str(out), class_num=CLASS_NUM,
-                               workers=1, progress=False)
+    summary = build_records([str(lst)], str(images), str(out), class_num=CLASS_NUM,
+                            workers=1, progress=False)
     shard = out / 'train' / '0.tfrecords'
     assert summary['shards_written'] == [str(shard)]
     assert summary['images_written'] == 7 and summary['images_skipped'] == 4
@@ -119,9 +121,9 @@ def test_one_shard_per_list_from_directory_with_start_index(images, tmp_path):
     _write(lists / 'a.txt', ['rgb.jpg 1'])
     _write(lists / '.hidden', ['ignored.jpg'])
     out = tmp_path / 'out'
-    summary = mt.build_records(str(lists), str(images), str(out), split='val',
-                               class_num=CLASS_NUM, start_index=5, workers=1,
-                               progress=False)
+    summary = build_records(str(lists), str(images), str(out), split='val',
+                            class_num=CLASS_NUM, start_index=5, workers=1,
+                            progress=False)
     assert sorted(os.listdir(out / 'val')) == ['5.tfrecords', '6.tfrecords', 'records.txt']
     # The records of each shard, for the training log's epochs.
     assert (out / 'val' / 'records.txt').read_text() == '5.tfrecords 1\n6.tfrecords 2\n'
@@ -140,8 +142,8 @@ def test_num_shards_deals_lines_round_robin(images, tmp_path):
              'palette.gif', 'grey16.png']
     lst = _write(tmp_path / 'one.txt', ['%s %d' % (n, i) for i, n in enumerate(names)])
     out = tmp_path / 'out'
-    summary = mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM,
-                               num_shards=3, start_index=2, workers=1, progress=False)
+    summary = build_records(str(lst), str(images), str(out), class_num=CLASS_NUM,
+                            num_shards=3, start_index=2, workers=1, progress=False)
     assert len(summary['shards_written']) == 3
     shards = {k: [_features(e) for e in _records(out / 'train' / ('%d.tfrecords' % k))]
               for k in (2, 3, 4)}
@@ -159,7 +161,7 @@ def test_rerun_skips_existing_shards_and_overwrite_rewrites(images, tmp_path, ca
     lst_b = _write(tmp_path / 'b.txt', ['gray.jpg 2'])
     out = tmp_path / 'out'
     kwargs = dict(class_num=CLASS_NUM, workers=1)
-    mt.build_records([str(lst_a), str(lst_b)], str(images), str(out), **kwargs)
+    build_records([str(lst_a), str(lst_b)], str(images), str(out), **kwargs)
     shard0 = out / 'train' / '0.tfrecords'
     past = 1_000_000_000
     os.utime(shard0, (past, past))
@@ -169,7 +171,7 @@ def test_rerun_skips_existing_shards_and_overwrite_rewrites(images, tmp_path, ca
     stale.write_bytes(b'half a shard')
     capsys.readouterr()
 
-    summary = mt.build_records([str(lst_a), str(lst_b)], str(images), str(out), **kwargs)
+    summary = build_records([str(lst_a), str(lst_b)], str(images), str(out), **kwargs)
     assert 'skipping existing shard 0.tfrecords' in capsys.readouterr().err
     assert os.stat(shard0).st_mtime == past
     assert summary['shards_skipped'] == [str(shard0)]
@@ -180,8 +182,8 @@ def test_rerun_skips_existing_shards_and_overwrite_rewrites(images, tmp_path, ca
     assert file_db.read_counts(str(out / 'train')) == {
         '0.tfrecords': len(_records(shard0)), '1.tfrecords': 1}
 
-    summary = mt.build_records([str(lst_a), str(lst_b)], str(images), str(out),
-                               overwrite=True, **kwargs)
+    summary = build_records([str(lst_a), str(lst_b)], str(images), str(out),
+                            overwrite=True, **kwargs)
     assert os.stat(shard0).st_mtime != past
     assert len(summary['shards_written']) == 2 and not summary['shards_skipped']
     assert [_features(e)['name'] for e in _records(shard0)] == ['rgb.jpg']
@@ -201,8 +203,8 @@ def test_failure_mid_shard_leaves_no_partial_file(images, tmp_path, monkeypatch)
     monkeypatch.setattr(records_lib, 'make_example', dying_make_example)
     out = tmp_path / 'out'
     with pytest.raises(KeyboardInterrupt):
-        mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
-                         progress=False)
+        build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
+                      progress=False)
     assert os.listdir(out / 'train') == []
 
 
@@ -213,8 +215,8 @@ def test_two_workers_write_the_same_records_as_one(images, tmp_path):
     shards = {}
     for workers in (1, 2):
         out = tmp_path / ('out%d' % workers)
-        summary = mt.build_records([str(p) for p in lists], str(images), str(out),
-                                   class_num=CLASS_NUM, workers=workers, progress=False)
+        summary = build_records([str(p) for p in lists], str(images), str(out),
+                                class_num=CLASS_NUM, workers=workers, progress=False)
         assert summary['images_written'] == 11 and summary['images_skipped'] == 5
         shards[workers] = {n: [r.SerializeToString() for r in _records(out / 'train' / n)]
                            for n in sorted(os.listdir(out / 'train')) if n != 'records.txt'}
@@ -227,14 +229,14 @@ def test_two_workers_write_the_same_records_as_one(images, tmp_path):
 def test_all_images_skipped_exits_1(images, tmp_path, capsys):
     lst = _write(tmp_path / 'bad.txt', ['missing.jpg 1', 'empty.jpg'])
     out = tmp_path / 'out'
-    with pytest.raises(mt.AllImagesSkippedError) as info:
-        mt.build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
-                         progress=False)
+    with pytest.raises(errors.AllImagesSkippedError) as info:
+        build_records(str(lst), str(images), str(out), class_num=CLASS_NUM, workers=1,
+                      progress=False)
     assert info.value.summary['images_skipped'] == 2
     assert os.listdir(out / 'train') == []   # nothing that a rerun would skip
     capsys.readouterr()
-    code = mt.main([str(lst), '--out_dir', str(out), '--image_root', str(images),
-                    '--class_num', str(CLASS_NUM), '--workers', '1', '--quiet'])
+    code = make_command.main([str(lst), '--out_dir', str(out), '--image_root', str(images),
+                              '--class_num', str(CLASS_NUM), '--workers', '1', '--quiet'])
     captured = capsys.readouterr()
     assert code == 1
     assert captured.err.count('\n') == 1 and 'all 2 images were skipped' in captured.err
@@ -250,11 +252,11 @@ def test_image_root_of_archives_names_the_flag_that_reads_them(tmp_path):
     tars.mkdir()
     (tars / 'n01440764.tar').write_bytes(b'')
     lst = _write(tmp_path / 'ids.txt', ['n01440764/n01440764_18.JPEG 0:1'])
-    with pytest.raises(mt.AllImagesSkippedError, match=(
+    with pytest.raises(errors.AllImagesSkippedError, match=(
             r'; --image_root %s holds tar archives \(n01440764.tar\): they are read in place '
             r'with --image_tars %s instead' % (tars, tars))):
-        mt.build_records(str(lst), str(tars), str(tmp_path / 'out'), class_num=CLASS_NUM,
-                         workers=1, progress=False)
+        build_records(str(lst), str(tars), str(tmp_path / 'out'), class_num=CLASS_NUM,
+                      workers=1, progress=False)
     (tars / 'ILSVRC2012_img_train.tar').write_bytes(b'')
     assert mt.archives_hint(str(tars)).endswith(
         'with --imagenet_train_tar %s instead (docs/records.md)'
@@ -342,9 +344,9 @@ def test_short_side_downscales_big_images_and_keeps_small_ones(images, tmp_path)
         (tmp_path / name).write_bytes((images / name).read_bytes())
     lst = _write(tmp_path / 'a.txt', ['big.jpg 1', 'rgb.jpg 2', 'alpha.png 3'])
     for short_side in (0, 200):
-        mt.build_records([str(lst)], str(tmp_path), str(tmp_path / str(short_side)),
-                         class_num=CLASS_NUM, workers=1, progress=False,
-                         short_side=short_side)
+        build_records([str(lst)], str(tmp_path), str(tmp_path / str(short_side)),
+                      class_num=CLASS_NUM, workers=1, progress=False,
+                      short_side=short_side)
     plain = [_features(e) for e in _records(tmp_path / '0' / 'train' / '0.tfrecords')]
     small = [_features(e) for e in _records(tmp_path / '200' / 'train' / '0.tfrecords')]
     for f in plain + small:  # width/height describe the stored image
@@ -362,11 +364,11 @@ SPARSE_CLASSES = 7
 def test_make_tfrecords_sparse_flag_and_mixed_layouts_train_side_by_side(tmp_path):
     list_path, images = write_images_and_list(str(tmp_path))
     data = str(tmp_path / 'data')
-    assert mt.main(['--out_dir', data, '--image_root', images, '--class_num',
-                                str(SPARSE_CLASSES), '--label_layout', 'sparse', '--quiet',
-                                '--workers', '1', list_path]) == 0
-    mt.build_records([list_path], images, data, class_num=SPARSE_CLASSES, workers=1,
-                                 progress=False, start_index=1)
+    assert make_command.main(['--out_dir', data, '--image_root', images, '--class_num',
+                              str(SPARSE_CLASSES), '--label_layout', 'sparse', '--quiet',
+                              '--workers', '1', list_path]) == 0
+    build_records([list_path], images, data, class_num=SPARSE_CLASSES, workers=1,
+                  progress=False, start_index=1)
     files = [os.path.join(data, 'train', '%d.tfrecords' % k) for k in (0, 1)]
     first = tf.train.Example.FromString(next(tf.io.tf_record_iterator(files[0])))
     assert 'label/index' in first.features.feature and 'label' not in first.features.feature
@@ -395,8 +397,8 @@ def test_shard_tasks_parse_only_their_own_lines(images, tmp_path, monkeypatch):
         return real(raw, *args)
 
     monkeypatch.setattr(shard_plan, 'parse_raw_line', counting)
-    summary = mt.build_records(str(lst), str(images), str(tmp_path / 'out'),
-                               class_num=CLASS_NUM, num_shards=7, workers=1, progress=False)
+    summary = build_records(str(lst), str(images), str(tmp_path / 'out'),
+                            class_num=CLASS_NUM, num_shards=7, workers=1, progress=False)
     assert summary['images_written'] == len(names)
     # 7 shard tasks, each line parsed once by its own task (a scan of the whole list per
     # task would make 7 x 20)
@@ -420,8 +422,8 @@ def test_records_txt_grows_as_shards_finish_so_a_resume_reads_no_shard(images, t
 
     monkeypatch.setattr(records_lib, 'make_example', dying_make_example)
     with pytest.raises(KeyboardInterrupt):
-        mt.build_records([str(p) for p in lists], str(images), str(out),
-                         class_num=CLASS_NUM, workers=1, progress=False)
+        build_records([str(p) for p in lists], str(images), str(out),
+                      class_num=CLASS_NUM, workers=1, progress=False)
     assert file_db.read_counts(str(out / 'train')) == {'0.tfrecords': 1, '1.tfrecords': 1}
     monkeypatch.setattr(records_lib, 'make_example', real)
 
@@ -429,8 +431,8 @@ def test_records_txt_grows_as_shards_finish_so_a_resume_reads_no_shard(images, t
         raise AssertionError('a finished shard was read to count it')
 
     monkeypatch.setattr(tf.io, 'tf_record_iterator', no_reading)
-    summary = mt.build_records([str(p) for p in lists], str(images), str(out),
-                               class_num=CLASS_NUM, workers=1, progress=False)
+    summary = build_records([str(p) for p in lists], str(images), str(out),
+                            class_num=CLASS_NUM, workers=1, progress=False)
     assert len(summary['shards_skipped']) == 2 and len(summary['shards_written']) == 1
     assert (out / 'train' / 'records.txt').read_text() == \
         '0.tfrecords 1\n1.tfrecords 1\n2.tfrecords 1\n'
@@ -443,9 +445,9 @@ def test_label_type_single_writes_class_indices_from_any_list(tmp_path, capsys):
     from helpers import run_main
     _, images = write_images_and_list(str(tmp_path), count=3)
     good = _write(tmp_path / 'single.txt', ['0.jpg 4', '1.jpg\t2:1', '2.jpg 0'])
-    status, out, err = run_main(mt, capsys, '--image_root', images, '--out_dir',
-                                tmp_path / 'data', '--class_num', 5, '--label_type', 'single',
-                                '--quiet', good)
+    status, out, err = run_main(make_command, capsys, '--image_root', images,
+                                '--out_dir', tmp_path / 'data', '--class_num', 5,
+                                '--label_type', 'single', '--quiet', good)
     assert status == 0, err
     examples = _records(tmp_path / 'data' / 'train' / '0.tfrecords')
     assert [e.features.feature['label'].int64_list.value[:] for e in examples] == \
@@ -453,9 +455,9 @@ def test_label_type_single_writes_class_indices_from_any_list(tmp_path, capsys):
     for line, got in (('0.jpg 1 2', '1:1 2:1'), ('0.jpg', 'none'),
                       ('0.jpg 1:0.5', '1:0.5')):
         bad = _write(tmp_path / 'bad.txt', ['1.jpg 3', line])
-        status, _, err = run_main(mt, capsys, '--image_root', images, '--out_dir',
-                                  tmp_path / 'other', '--class_num', 5, '--label_type',
-                                  'single', '--quiet', bad)
+        status, _, err = run_main(make_command, capsys, '--image_root', images,
+                                  '--out_dir', tmp_path / 'other', '--class_num', 5,
+                                  '--label_type', 'single', '--quiet', bad)
         assert (status, err) == (2, ['make_tfrecords.py: error: %s:2: --label_type single '
                                      'needs exactly one class with confidence 1 a line, got %s'
                                      % (bad, got)])
@@ -472,6 +474,6 @@ def test_label_type_single_writes_class_indices_from_any_list(tmp_path, capsys):
 def test_label_type_combinations_refused(tmp_path, capsys, args, message):
     from helpers import run_main
     lists = [] if '--imagenet_train_tar' in args else [str(tmp_path / 'l.txt')]
-    status, _, err = run_main(mt, capsys, '--out_dir', tmp_path / 'out', '--class_num', 5,
-                              *(args + lists))
+    status, _, err = run_main(make_command, capsys, '--out_dir', tmp_path / 'out',
+                              '--class_num', 5, *(args + lists))
     assert (status, err) == (2, ['make_tfrecords.py: error: ' + message])

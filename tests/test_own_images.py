@@ -14,7 +14,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
-from helpers import ENV, ROOT, run_main
+from helpers import ENV, ROOT, build_records, run_main
 from mlimages.recordkit import make_image_list as tool
 from mlimages.recordkit import own_images
 
@@ -99,8 +99,7 @@ def test_a_folder_tree_names_every_skip_kind_and_empty_class(tmp_path, capsys):
     assert lines[-1] == 'next: make_tfrecords.py --image_root %s --class_num 2 ' \
         '--label_type single' % (tmp_path / 'photos')
     # what the list keeps, make_tfrecords stores: every line a record, nothing skipped
-    from mlimages.recordkit import make_tfrecords
-    summary = make_tfrecords.build_records(
+    summary = build_records(
         [str(tmp_path / 'lists' / 'train.txt')], str(tmp_path / 'photos'),
         str(tmp_path / 'data'), class_num=2, workers=1, progress=False, single_label=True)
     assert summary['images_written'] == 8 and summary['images_skipped'] == 0
@@ -138,8 +137,7 @@ def test_a_csv_becomes_a_multi_label_list(tmp_path, capsys):
     assert read(tmp_path / 'out' / 'list.txt') == [
         'a.jpg\t1:0.8\t2', 'sub/b,c.jpg\t0:-1\t4', '%s\t3:0' % (tmp_path / 'abs' / 'd.jpg'),
         'no label.jpg\t']
-    from mlimages.recordkit import make_tfrecords
-    summary = make_tfrecords.build_records(
+    summary = build_records(
         [str(tmp_path / 'out' / 'list.txt')], str(tmp_path), str(tmp_path / 'data'),
         class_num=5, workers=1, progress=False)
     assert summary['images_written'] == 4 and summary['images_skipped'] == 0
@@ -302,7 +300,7 @@ def run_page_command(tokens, capsys):
                                 + extra, env=ENV, capture_output=True, text=True, timeout=600)
         return result.returncode, result.stdout, result.stderr
     if program == 'tools/make_tfrecords.py':
-        from mlimages.recordkit import make_tfrecords as module
+        from mlimages.recordkit import make_command as module
     elif program == 'tools/predict.py':
         from tools import predict as module
     else:

@@ -6,8 +6,8 @@ runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/in
 import sys
 
 from mlimages.errors import stop_raises
-from mlimages.recordkit import make_tfrecords
+from mlimages.recordkit import make_command
 
 if __name__ == '__main__':
     stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
-    sys.exit(make_tfrecords.main())
+    sys.exit(make_command.main())

@@ -188,13 +188,15 @@ def index_tasks(found, out_dir):
     tasks = []
     for key, (archive, start, size) in sorted(found.items()):
         cache = index_path(out_dir, key)
-        if load_header_ok(cache, archive, start):
+        if index_is_current(cache, archive, start):
             continue
         tasks.append({'archive': archive, 'start': start, 'size': size, 'cache': cache})
     return tasks
 
 
-def load_header_ok(cache, archive, start):
+def index_is_current(cache, archive, start):
+    """Whether the index cache's header names this archive, start and the archive's
+    current stat (build_index wrote it): else the archive changed or was never indexed."""
     try:
         with open(cache, encoding='utf-8') as f:
             return f.readline().rstrip('\n') == '# %s\t%d\t%s' % (archive, start,

@@ -41,11 +41,12 @@ import sys
 import time
 
 from mlimages.run import run_dirs
-from mlimages.errors import BadRecord, ConvertError, stopped
+from mlimages import errors
+from mlimages.errors import BadImageError, BadRecord, ConvertError, stopped
 from mlimages.cli import arguments, lazy_tensorflow, worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.recordkit import shards
-from mlimages.recordkit.images import BadImageError, downscale
+from mlimages.recordkit.images import downscale
 
 PROG = 'convert_tfrecords.py'
 LABEL_LAYOUTS = ('keep', 'sparse')
@@ -258,7 +259,7 @@ def convert(in_dir, out_dir, short_side=0, label_layout='keep', hierarchy_path=N
         from mlimages.data import hierarchy
         try:
             hierarchy.load(hierarchy_path)
-        except hierarchy.HierarchyError as exc:
+        except errors.HierarchyError as exc:
             raise ConvertError(str(exc)) from None
     rels = find_shards(in_dir)
     if not rels:
@@ -274,7 +275,7 @@ def convert(in_dir, out_dir, short_side=0, label_layout='keep', hierarchy_path=N
     os.makedirs(out_dir, exist_ok=True)
     try:  # one writer of OUT at a time (run_dirs: released by the kernel if we are killed)
         run_dirs.hold_lock(out_dir, PROG)
-    except run_dirs.DirectoryError as exc:
+    except errors.DirectoryError as exc:
         raise ConvertError(str(exc)) from None
     try:
         return _convert_shards(in_dir, out_dir, rels, short_side, label_layout,

@@ -12,13 +12,13 @@ Confidences lie in [-1, 1]: -1 = ignore this class for this image, 0 = not annot
 without labels (all-zero label). The same class may appear twice on a line only with
 the same confidence.
 
-Also the errors of the record builders' input (make_tfrecords.py and its kin).
+A bad line is mlimages.errors.ListFormatError, other bad input InputError.
 """
 import os
 import re
 
 import numpy as np
-from mlimages.errors import MakeRecordsError, InputError, ListFormatError
+from mlimages.errors import InputError, ListFormatError
 
 # Strict token grammar: int() and float() alone would also accept '1_0', 'nan', 'inf'.
 _INDEX_RE = re.compile(r'[+-]?\d+\Z')

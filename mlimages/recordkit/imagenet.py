@@ -19,7 +19,7 @@ import random
 import re
 
 from mlimages.recordkit import archives
-from mlimages.recordkit.image_lists import InputError
+from mlimages.errors import InputError
 
 SEED = 20120101
 _WNID = re.compile(r'n\d{8}\Z')

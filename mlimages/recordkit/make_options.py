@@ -5,7 +5,7 @@ import argparse
 from mlimages.recordkit import archives
 from mlimages.cli import arguments, worker_processes
 from mlimages.recordkit import imagenet
-from mlimages.recordkit.image_lists import InputError
+from mlimages.errors import ArchiveError, InputError
 
 PROG = 'make_tfrecords.py'
 SPLITS = ('train', 'val')
@@ -180,7 +180,7 @@ def inputs(args):
             path, count = imagenet.write_train_list(
                 args.imagenet_train_tar, args.dictionary, args.out_dir,
                 lambda tasks: archives.index_all(tasks, workers, not args.quiet))
-        except archives.ArchiveError as exc:
+        except ArchiveError as exc:
             raise InputError(str(exc)) from None
         source = archives.Source('nested', args.imagenet_train_tar)
     elif args.imagenet_val_tar:

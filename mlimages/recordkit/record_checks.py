@@ -188,13 +188,38 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type
         return CheckResult(False, [reason], [], None, None, None)
 
     feature_map = example.features.feature
-    values = {}
     # The compact layout (make_tfrecords.py --label_layout sparse) instead of `label`.
     sparse = records.sparse_entries(feature_map) if label_type == 'multi' else None
-    for key, (kind, default) in records.FEATURES.items():
+    values = _feature_values(feature_map, records.FEATURES, label_type, sparse is not None,
+                             reasons, warnings)
+    name = None
+    if 'name' in values:
+        name = values['name'].decode('utf-8', 'backslashreplace')
+    if sparse is not None:
+        raw = _sparse_label_bytes(sparse, class_num, reasons)
+        if raw is not None:
+            values['label'] = raw
+    label = _record_label(values, class_num, label_type, reasons, warnings)
+    positives = None
+    if label is not None:
+        # float32 against float32, as training compares: a label of 0.7 is positive
+        positives = int((label >= np.float32(mask_thres)).sum())
+    if 'image' in values:
+        _check_image(values, decoder if decoder is not None else process_decoder(),
+                     reasons, warnings)
+    return CheckResult(not reasons, reasons, warnings, label, name, positives)
+
+
+def _feature_values(feature_map, features, label_type, sparse, reasons, warnings):
+    """{key: its one value} of the features training reads (records.FEATURES: key ->
+    (kind, default)); a missing, empty, mistyped or multi-valued one is a reason (a
+    warning when it has a default) instead. sparse: the label is label/index +
+    label/value, not `label`."""
+    values = {}
+    for key, (kind, default) in features.items():
         if key == 'label' and label_type == 'single':
             kind = 'int64_list'  # input_pipeline.parse_record(label_type='single')
-        if key == 'label' and sparse is not None:
+        if key == 'label' and sparse:
             continue
         if key not in feature_map:
             if default is None:
@@ -213,13 +238,9 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type
                                 % (MISSING_OPTIONAL, key, default))
             continue
         if found_kind != kind:
-            hint = ''
-            if key == 'label' and found_kind == 'int64_list':
-                hint = ' (a class index: check with --label_type single)'
-            elif key == 'label' and kind == 'int64_list':
-                hint = ' (float labels: check with --label_type multi)'
             reasons.append('%s: %r is a %s, training reads a %s%s'
-                           % (BAD_FEATURE, key, found_kind, kind, hint))
+                           % (BAD_FEATURE, key, found_kind, kind,
+                              _label_kind_hint(key, found_kind, kind)))
             continue
         items = getattr(feature, found_kind).value
         if len(items) != 1:
@@ -227,50 +248,53 @@ def check_record(serialized, class_num, decoder=None, mask_thres=0.7, label_type
                            % (BAD_FEATURE, key, len(items)))
             continue
         values[key] = items[0]
+    return values
 
-    name = None
-    if 'name' in values:
-        name = values['name'].decode('utf-8', 'backslashreplace')
 
-    label = positives = None
-    if sparse is not None:
-        raw = _sparse_label_bytes(sparse, class_num, reasons)
-        if raw is not None:
-            values['label'] = raw
-    if 'label' in values and label_type == 'single':
-        index = values['label']
-        if 0 <= index < class_num:
-            label = np.zeros(class_num, np.float32)
-            label[index] = 1.0
-        else:
-            reasons.append('%s: class index %d outside [0, class_num=%d)'
-                           % (LABEL_VALUES, index, class_num))
-    elif 'label' in values:
-        label = _check_label(values['label'], class_num, reasons, warnings)
-    if label is not None:
-        # float32 against float32, as training compares: a label of 0.7 is positive
-        positives = int((label >= np.float32(mask_thres)).sum())
+def _label_kind_hint(key, found_kind, kind):
+    """' (... check with --label_type ...)' when `label` is of the other label type's kind."""
+    if key == 'label' and found_kind == 'int64_list':
+        return ' (a class index: check with --label_type single)'
+    if key == 'label' and kind == 'int64_list':
+        return ' (float labels: check with --label_type multi)'
+    return ''
 
-    if 'image' in values:
-        if decoder is None:
-            decoder = process_decoder()
-        try:
-            image = np.asarray(decoder(values['image']))
-        except tf.errors.OpError as exc:
-            image = None
-            reasons.append('%s: %s' % (BAD_IMAGE, op_error_text(exc)))
-        except Exception as exc:  # a decoder must not turn bad data into a crash
-            image = None
-            reasons.append('%s: %s: %s' % (BAD_IMAGE, type(exc).__name__, exc))
-        if image is not None:
-            if image.ndim != 3 or image.shape[-1] != 3 or 0 in image.shape:
-                reasons.append('%s: decoded to shape %s, expected [H>0, W>0, 3]'
-                               % (BAD_IMAGE, list(image.shape)))
-            elif 'width' in values and 'height' in values:
-                height, width = image.shape[:2]
-                if (values['width'], values['height']) != (width, height):
-                    warnings.append('%s: width x height %d x %d in the record, the image '
-                                    'decodes to %d x %d' % (SIZE_MISMATCH, values['width'],
-                                                            values['height'], width, height))
 
-    return CheckResult(not reasons, reasons, warnings, label, name, positives)
+def _record_label(values, class_num, label_type, reasons, warnings):
+    """The record's label as a float32 [class_num] vector (a class index one-hot), or None
+    when it is missing or bad (the reason added)."""
+    if 'label' not in values:
+        return None
+    if label_type != 'single':
+        return _check_label(values['label'], class_num, reasons, warnings)
+    index = values['label']
+    if not 0 <= index < class_num:
+        reasons.append('%s: class index %d outside [0, class_num=%d)'
+                       % (LABEL_VALUES, index, class_num))
+        return None
+    label = np.zeros(class_num, np.float32)
+    label[index] = 1.0
+    return label
+
+
+def _check_image(values, decoder, reasons, warnings):
+    """Decode values['image'] with decoder: undecodable or not [H>0, W>0, 3] is a reason, a
+    size other than the record's width x height a warning."""
+    tf = lazy_tensorflow.tensorflow()
+    try:
+        image = np.asarray(decoder(values['image']))
+    except tf.errors.OpError as exc:
+        reasons.append('%s: %s' % (BAD_IMAGE, op_error_text(exc)))
+        return
+    except Exception as exc:  # a decoder must not turn bad data into a crash
+        reasons.append('%s: %s: %s' % (BAD_IMAGE, type(exc).__name__, exc))
+        return
+    if image.ndim != 3 or image.shape[-1] != 3 or 0 in image.shape:
+        reasons.append('%s: decoded to shape %s, expected [H>0, W>0, 3]'
+                       % (BAD_IMAGE, list(image.shape)))
+    elif 'width' in values and 'height' in values:
+        height, width = image.shape[:2]
+        if (values['width'], values['height']) != (width, height):
+            warnings.append('%s: width x height %d x %d in the record, the image '
+                            'decodes to %d x %d' % (SIZE_MISMATCH, values['width'],
+                                                    values['height'], width, height))

@@ -110,74 +110,109 @@ def check_file(path, class_num, mask_thres=0.7, decoder=None, on_progress=None,
     start = time.monotonic()
     path = os.fspath(path)
     stats = _FileStats(class_num, mask_thres, hierarchy)
-    bad, warnings = [], []
-    warning_kinds = collections.Counter()
-    summary = {'path': path, 'records': 0, 'bad': bad, 'warnings': warnings,
-               'corrupt': False}
-
-    def warn(index, name, text):
-        warning_kinds[text.split(':')[0]] += 1
-        if len(warnings) < MAX_STORED_WARNINGS:
-            warnings.append({'file': path, 'index': index, 'name': name, 'warning': text})
-
-    def file_problem(kind, detail, index):
-        summary['corrupt'] = True
-        bad.append({'file': path, 'index': index, 'last_good_index': index - 1,
-                    'name': None, 'reasons': ['%s: %s' % (kind, detail)],
-                    'reason': '%s: %s' % (kind, detail)})
-
+    found = _Findings(path)
     if decoder is None:
         decoder = process_decoder()
-    count = consumed = pending = 0
-    last_report = time.monotonic()
+    progress = _Batched(on_progress)
     try:
         size = os.path.getsize(path)
+        consumed = 0
         for record in _read_records(path):
             if on_record is not None:
-                on_record(count)
+                on_record(found.records)
             result = check_record(record, class_num, decoder, label_type=label_type)
-            if not result.ok:
-                bad.append({'file': path, 'index': count, 'name': result.name,
-                            'reasons': result.reasons, 'reason': '; '.join(result.reasons)})
-            for text in result.warnings:
-                warn(count, result.name, text)
+            found.add(result)
             if result.label is not None:
                 stats.add(result.label)
             consumed += _record_size(len(record))
-            count += 1
-            pending += 1
-            now = time.monotonic()
-            if on_progress is not None and now - last_report >= _progress.PROGRESS_INTERVAL:
-                on_progress(pending)
-                pending, last_report = 0, now
+            found.records += 1
+            progress.add()
         if consumed < size:
             # The reader takes a partial record header for the end of the file.
-            file_problem(CORRUPT_FILE, 'truncated: %d bytes after the last complete record '
-                         '%d are not a whole record' % (size - consumed, count - 1), count)
+            found.file_problem(CORRUPT_FILE, 'truncated: %d bytes after the last complete '
+                               'record %d are not a whole record'
+                               % (size - consumed, found.records - 1))
     except tf.errors.DataLossError as exc:
-        file_problem(CORRUPT_FILE, 'unreadable from record %d on (last good record: %d): %s'
-                     % (count, count - 1, op_error_text(exc)), count)
+        found.file_problem(CORRUPT_FILE, 'unreadable from record %d on (last good record: '
+                           '%d): %s' % (found.records, found.records - 1, op_error_text(exc)))
     except (tf.errors.OpError, OSError) as exc:
-        file_problem(UNREADABLE_FILE, op_error_text(exc), count)
-    if on_progress is not None and pending:
-        on_progress(pending)
-    if count == 0 and not summary['corrupt']:
-        warn(None, None, '%s: the file holds no records' % EMPTY_SHARD)
+        found.file_problem(UNREADABLE_FILE, op_error_text(exc))
+    progress.flush()
+    if found.records == 0 and not found.corrupt:
+        found.warn(None, None, '%s: the file holds no records' % EMPTY_SHARD)
+    return found.summary(stats, time.monotonic() - start)
 
-    summary.update({
-        'records': count,
-        'warning_count': sum(warning_kinds.values()),
-        'warning_kinds': dict(warning_kinds),
-        'labelled_records': stats.labelled,
-        'positives': stats.positives.tolist(),
-        'cardinality': stats.cardinality.tolist(),
-        'ignored_entries': stats.ignored,
-        'unclosed_records': stats.unclosed_records, 'kept_pairs': stats.kept_pairs,
-        'unclosed_pairs': (None if stats.unclosed_pairs is None
-                           else stats.unclosed_pairs.tolist()),
-        'seconds': time.monotonic() - start,
-    })
-    return summary
+
+class _Findings(object):
+    """What check_file found in one file: records read, the bad ones, the warnings (at most
+    MAX_STORED_WARNINGS kept, counted by kind exactly) and whether it is corrupt."""
+
+    def __init__(self, path):
+        self.path = path
+        self.records = 0
+        self.bad, self.warnings = [], []
+        self.kinds = collections.Counter()
+        self.corrupt = False
+
+    def add(self, result):
+        """The check_record result of record number self.records."""
+        if not result.ok:
+            self.bad.append({'file': self.path, 'index': self.records, 'name': result.name,
+                             'reasons': result.reasons, 'reason': '; '.join(result.reasons)})
+        for text in result.warnings:
+            self.warn(self.records, result.name, text)
+
+    def warn(self, index, name, text):
+        self.kinds[text.split(':')[0]] += 1
+        if len(self.warnings) < MAX_STORED_WARNINGS:
+            self.warnings.append({'file': self.path, 'index': index, 'name': name,
+                                  'warning': text})
+
+    def file_problem(self, kind, detail):
+        """The file cannot be read from record self.records on."""
+        index = self.records
+        self.corrupt = True
+        self.bad.append({'file': self.path, 'index': index, 'last_good_index': index - 1,
+                         'name': None, 'reasons': ['%s: %s' % (kind, detail)],
+                         'reason': '%s: %s' % (kind, detail)})
+
+    def summary(self, stats, seconds):
+        """check_file's summary dict, its keys in the order --json prints them."""
+        return {
+            'path': self.path, 'records': self.records, 'bad': self.bad,
+            'warnings': self.warnings, 'corrupt': self.corrupt,
+            'warning_count': sum(self.kinds.values()),
+            'warning_kinds': dict(self.kinds),
+            'labelled_records': stats.labelled,
+            'positives': stats.positives.tolist(),
+            'cardinality': stats.cardinality.tolist(),
+            'ignored_entries': stats.ignored,
+            'unclosed_records': stats.unclosed_records, 'kept_pairs': stats.kept_pairs,
+            'unclosed_pairs': (None if stats.unclosed_pairs is None
+                               else stats.unclosed_pairs.tolist()),
+            'seconds': seconds,
+        }
+
+
+class _Batched(object):
+    """Calls on_progress(records since the last call) at most every PROGRESS_INTERVAL."""
+
+    def __init__(self, on_progress):
+        self.on_progress = on_progress
+        self.pending = 0
+        self.last_report = time.monotonic()
+
+    def add(self):
+        self.pending += 1
+        now = time.monotonic()
+        if self.on_progress is not None and \
+                now - self.last_report >= _progress.PROGRESS_INTERVAL:
+            self.on_progress(self.pending)
+            self.pending, self.last_report = 0, now
+
+    def flush(self):
+        if self.on_progress is not None and self.pending:
+            self.on_progress(self.pending)
 
 
 def crashed_file(path, exitcode, index, last_output):
@@ -274,11 +309,3 @@ def totals(per_file, class_num):
     for summary in per_file:
         acc.add(summary)
     return acc.totals()
-
-
-def hierarchy_totals(per_file, hierarchy, worst=10):
-    """Totals.hierarchy_totals over a list of check_file summaries."""
-    acc = Totals(len(hierarchy), hierarchy)
-    for summary in per_file:
-        acc.add(summary)
-    return acc.hierarchy_totals(worst)

@@ -19,15 +19,6 @@ def temporary_path(path):
     return '%s%s%d' % (path, TMP_MARKER, os.getpid())
 
 
-def remove_stale_tmp(path):
-    """Remove the temporary files an earlier, killed run left for `path`."""
-    directory, name = os.path.split(path)
-    prefix = name + TMP_MARKER
-    for entry in os.listdir(directory or '.'):
-        if entry.startswith(prefix):
-            os.remove(os.path.join(directory, entry))
-
-
 def shards_to_write(paths, overwrite=False, note=None):
     """(to_write, existing): the paths to (re)write and those skipped because they exist.
 
