@@ -245,9 +245,10 @@ def archive_cost(work, args):
             target = os.path.join(work, 'cost-%d-%s' % (short_side, layout))
             with _Timer() as t:
                 summary = make_tfrecords.build_records(
-                    lst, None, target, class_num=11166, workers=1, progress=False,
-                    num_shards=2, short_side=short_side, label_layout=layout,
-                    source=archives.Source('tars', tars))
+                    make_tfrecords.Inputs(lst, None, archives.Source('tars', tars)),
+                    make_tfrecords.Records(11166, layout, short_side=short_side),
+                    make_tfrecords.Output(target, num_shards=2),
+                    make_tfrecords.Work(workers=1, progress=False))
             assert summary['images_written'] == len(names)
             size = sum(os.path.getsize(p) for p in summary['shards_written'])
             out.append('  short side %s, %s labels: %.1f CPU ms an image = %.1f core-hours '

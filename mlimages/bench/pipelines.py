@@ -95,9 +95,10 @@ def make_shards(shard_dir, num_images=384, num_shards=4, class_num=11166, qualit
         sys.stderr.write('\r%s: %d/%d benchmark images' % (PROG, i + 1, num_images))
     for handle in handles:
         handle.close()
-    make_tfrecords.build_records(lists, image_dir, shard_dir, split='train',
-                                 class_num=class_num, progress=False,
-                                 label_layout=label_layout)
+    make_tfrecords.build_records(make_tfrecords.Inputs(lists, image_dir),
+                                 make_tfrecords.Records(class_num, label_layout),
+                                 make_tfrecords.Output(shard_dir, 'train'),
+                                 make_tfrecords.Work(progress=False))
     sys.stderr.write('\r%s: %d benchmark images in %d shards in %s (%.0f s)\n' % (
         PROG, num_images, num_shards, split_dir, time.monotonic() - start))
     return sorted(glob.glob(os.path.join(split_dir, '*.tfrecords')))
