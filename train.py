@@ -36,7 +36,7 @@ import tensorflow.compat.v1 as tf  # noqa: E402
 
 import file_db  # noqa: E402
 import flags as flags_lib  # noqa: E402
-from mlimages.config import gpu_env, interpreter, run_settings  # noqa: E402
+from mlimages.config import flag_checks, gpu_env, interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
                              TrainingError, UsageError, stop_raises, stopped)
@@ -99,9 +99,9 @@ def start_cluster(opts):
 
 def validate(opts):
     """Checks everything that can be checked before a graph exists: every flag's value
-    (flags.validate), then what the values name (the hierarchy file, the export directory,
+    (flag_checks.validate), then what the values name (the hierarchy file, the export directory,
     the CPU's kernels); raises UsageError."""
-    flags_lib.validate(opts)
+    flag_checks.validate(flags_lib.grouped(opts))
     if opts.export_dir:
         saved_models.check_export_dir(opts.export_dir)
     if opts.hierarchy:
@@ -216,7 +216,7 @@ def main(argv, extra_hooks=()):
     opts = flags_lib.options()
     stop_raises()
     try:
-        flags_lib.validate(opts)
+        flag_checks.validate(flags_lib.grouped(opts))
         start_cluster(opts)  # TF_CONFIG from Slurm or the host flags, before it is read
         opts = choose_devices(opts)
         if opts.demo:

@@ -14,6 +14,7 @@ import threading
 import pytest
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import flag_checks
 from mlimages.distributed import cluster_flags, devices
 import flags as flags_lib
 from mlimages.errors import UsageError
@@ -28,6 +29,10 @@ STEP = re.compile(r'step \d+: ')
 
 def opts(**given):
     return flags_lib.defaults()._replace(**given)
+
+
+def settings(**given):
+    return flags_lib.replace(flags_lib.default_settings(), **given)
 
 
 def test_host_flags_make_the_launchers_tf_config():
@@ -54,10 +59,10 @@ def test_host_flags_make_the_launchers_tf_config():
     (dict(slurm_port_base=0), '--slurm_port_base must be'),
 ])
 def test_bad_cluster_flags_are_one_line(given, fragment):
-    found = flags_lib.problems(opts(**given))
+    found = flag_checks.problems(settings(**given))
     assert len(found) == 1 and fragment in found[0], found
-    assert flags_lib.problems(opts(worker_num=2, worker_id=1, worker_hosts='a:1,[::1]:2',
-                                   ps_hosts='c:3')) == []
+    assert flag_checks.problems(settings(worker_num=2, worker_id=1,
+                                         worker_hosts='a:1,[::1]:2', ps_hosts='c:3')) == []
 
 
 SLURM = {'SLURM_JOB_ID': '7', 'SLURM_PROCID': '3', 'SLURM_LOCALID': '1',

@@ -8,9 +8,9 @@ only. Evaluation: every file once, in order, the last batch partial.
 import tensorflow.compat.v1 as tf
 
 import image_preprocess
+from mlimages.config.choices import AUGMENT_ON
 from mlimages.data import records
 
-AUGMENT_ON = ('cpu', 'device')
 SYNTHETIC = 'synthetic'
 
 

@@ -32,7 +32,6 @@ FEATURES = collections.OrderedDict([
     ('name', ('bytes_list', '')),
 ])
 LABEL_INDEX, LABEL_VALUE = 'label/index', 'label/value'
-LABEL_TYPES = ('multi', 'single')
 LABEL_LAYOUTS = ('dense', 'sparse')
 
 _DTYPES = {'bytes_list': tf.string, 'int64_list': tf.int64}

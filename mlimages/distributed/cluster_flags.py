@@ -23,49 +23,11 @@ shards; each must have a --model_dir of its own (`claim_model_dir`).
 """
 import json
 import os
-import re
 
+from mlimages.config.cluster_hosts import hosts
 from mlimages.errors import UsageError
 
-HOST_PORT = re.compile(r'^[A-Za-z0-9_.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$')
 MARKER = 'independent_worker.txt'
-
-
-def hosts(text):
-    """'h0:p,h1:p' -> ['h0:p', 'h1:p'] ('' -> [])."""
-    return [h.strip() for h in text.split(',') if h.strip()]
-
-
-def _host_problem(name, value):
-    for address in hosts(value):
-        if not HOST_PORT.match(address) or not 0 < int(address.rsplit(':', 1)[1]) < 65536:
-            return '--%s: %r is not host:port (e.g. node1:2222)' % (name, address)
-    return None
-
-
-def problems(o):
-    """What is wrong with the cluster flags of the Options o (one-line messages)."""
-    found = [p for p in (_host_problem('worker_hosts', o.worker_hosts),
-                         _host_problem('ps_hosts', o.ps_hosts)) if p]
-    workers, ps = hosts(o.worker_hosts), hosts(o.ps_hosts)
-    if workers and len(workers) != o.worker_num:
-        found.append('--worker_hosts lists %d address%s but --worker_num=%d: give every '
-                     'worker\'s host:port, the chief (worker 0) first'
-                     % (len(workers), '' if len(workers) == 1 else 'es', o.worker_num))
-    if len(set(workers + ps)) != len(workers + ps):
-        found.append('--worker_hosts/--ps_hosts name an address twice: %s'
-                     % ','.join(workers + ps))
-    if ps and not workers:
-        found.append('--ps_hosts needs --worker_hosts (the training workers, chief first)')
-    if o.ps_id != -1 and not 0 <= o.ps_id < len(ps):
-        found.append('--ps_id=%d must be in [0, %d) (the --ps_hosts addresses) or -1 (not a '
-                     'ps task)' % (o.ps_id, len(ps)))
-    if o.ps_id >= 0 and o.worker_id != 0:
-        found.append('--ps_id=%d is a ps task: leave out --worker_id (got %d)'
-                     % (o.ps_id, o.worker_id))
-    if o.slurm_port_base < 1 or o.slurm_port_base > 65000:
-        found.append('--slurm_port_base must be in [1, 65000], got %d' % o.slurm_port_base)
-    return found
 
 
 def tf_config(cluster, task_type, index):

@@ -11,6 +11,8 @@ D = 0 means no decay for both schedules.
 """
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import choices
+
 DECAY_STAGES = 4
 
 
@@ -52,6 +54,7 @@ def exponential_learning_rate(global_step, lr, lr_decay_step, lr_decay_factor):
 
 
 SCHEDULES = {'piecewise': piecewise_learning_rate, 'exponential': exponential_learning_rate}
+assert tuple(SCHEDULES) == choices.SCHEDULES
 
 
 def warmup_learning_rate(global_step, lr_warmup, lr_warmup_decay_step, lr_warmup_decay_factor):

@@ -20,7 +20,8 @@ import numpy as np
 
 import tensorflow.compat.v1 as tf
 
-DTYPES = ('fp32', 'fp16', 'bf16')
+from mlimages.config.choices import DTYPES
+
 FP16_ON_CPU_ENV = 'MLIMAGES_FP16_ON_CPU'
 
 

@@ -24,22 +24,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mlimages import files
+from mlimages.config.choices import CALIBRATED
 from mlimages.distributed import devices
 from mlimages.errors import UsageError
 from mlimages.model import metrics
 
 FILE_NAME = 'thresholds.txt'
-CALIBRATED = 'calibrated'
 CHECKPOINT_LINE = '# checkpoint: '
-
-
-def problems(opts):
-    """What is wrong with --threshold=calibrated in opts' mode (flags.problems): it names
-    the thresholds of a checkpoint that --mode=eval chose, which training has not."""
-    if opts.threshold == CALIBRATED and opts.mode not in ('eval', 'predict', 'export'):
-        return ['--threshold=calibrated goes with --mode=eval (which chooses the thresholds), '
-                'predict or export, not --mode=%s' % opts.mode]
-    return []
 
 
 def global_threshold(text):
