@@ -114,7 +114,7 @@ def test_collective_worker_replicates_over_exactly_num_gpus(monkeypatch, num_gpu
         assert strategy.num_replicas_in_sync == 2 * len(want)
 
 
-from helpers import options
+from helpers import model_parts, options
 
 
 @pytest.mark.parametrize('given', [
@@ -123,7 +123,7 @@ from helpers import options
 ])
 def test_every_session_of_training_and_evaluation_soft_places(given, tmp_path):
     opts = options(model_dir=str(tmp_path), **given)
-    estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last'))
+    estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts))
     config = estimator.config.session_config
     assert config.allow_soft_placement and config.gpu_options.allow_growth
     assert not config.gpu_options.visible_device_list  # devices.choose decides, once
@@ -183,9 +183,9 @@ def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
         images = tf.zeros([2, 32, 32, 3], tf.uint8)
         labels = tf.zeros([2, 5])
         opts = options(model_dir=str(tmp_path), class_num=5, resnet_size=18, image_size=32)
-        run = training.model_run(opts, 'channels_last')._replace(images_per_step=2)
-        model_fn.make_model_fn(opts, run)({'image': images}, labels,
-                                          tf.estimator.ModeKeys.TRAIN)
+        run = training.derived_values(opts)._replace(images_per_step=2)
+        model_fn.make_model_fn(model_parts(opts), run)({'image': images}, labels,
+                                                       tf.estimator.ModeKeys.TRAIN)
         kept_out = {op.type for op in graph.get_operations()
                     if '_XlaCompile' in op.node_def.attr and not op.get_attr('_XlaCompile')}
         # The colour jitter and the batch's partition of the device augmentation.

@@ -15,7 +15,7 @@ from mlimages.distributed import distribute
 import file_db
 from mlimages.data import input_pipeline
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import ENV, LOGICAL_CPUS, ROOT, options, run_train, scalar_tags
+from helpers import ENV, LOGICAL_CPUS, ROOT, options, run_train, settings, scalar_tags
 
 
 def config(cluster, task_type, index):
@@ -146,9 +146,10 @@ def test_fewer_files_than_workers_split_by_record(tmp_path):
     for worker in range(3):
         share, record_shard = file_db.data_share(files, 3, worker)
         with tf.Graph().as_default():
-            opts = options(batch_size=1, class_num=12, image_size=8, shuffle_buffer=4,
-                           num_preprocess_threads=1)
-            dataset = input_pipeline.input_fn(opts, True, share, 'device', record_shard)
+            given = settings(batch_size=1, class_num=12, image_size=8, shuffle_buffer=4,
+                             num_preprocess_threads=1, augment_on='device')
+            dataset = input_pipeline.input_fn(given.data, given.model, True, share,
+                                              record_shard=record_shard)
             labels = tf.data.make_one_shot_iterator(dataset).get_next()[1]
             with tf.Session() as sess:
                 # 10 records: workers 0 gets 4, the others 3 a pass; one pass each
@@ -307,7 +308,7 @@ for replicas in (1, 2):
         tf.train.update_checkpoint_state(F.model_dir, F.model_dir + '/model.ckpt-0')
     plan = distribute.plan('none', replicas, 1, 0, F.batch_size, replicas, {})
     opts = flags_lib.options(F)
-    estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan),
+    estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts, plan),
                                         plan)
     estimator._session_config.device_count['CPU'] = 2
     estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
@@ -414,7 +415,8 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.0
    '--model_dir=' + sys.argv[1]])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
 opts = flags_lib.options(F)
-estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
+estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts, plan),
+                                   plan)
 estimator._session_config.device_count['CPU'] = 2
 sys.path.insert(0, 'tests')
 from helpers import RunCounter
@@ -471,6 +473,7 @@ ALL_REDUCE_CHILD = LOGICAL_CPUS + '''
 import json
 import os
 from mlimages.run import model_fn
+from helpers import model_parts
 from test_model_fn import run_options
 strategy_kind, alg, dtype, worker = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if strategy_kind == 'collective':   # worker `worker` of two (nothing is started: graph only)
@@ -480,13 +483,13 @@ if strategy_kind == 'collective':   # worker `worker` of two (nothing is started
 else:
     strategy = distribute.train_distribute('none', 2, all_reduce_alg=alg)
 opts = run_options(18, dtype)._replace(class_num=7)
-run = model_fn.Run(data_format='channels_last', images_per_step=2)
+run = model_fn.Derived(images_per_step=2)
 with tf.Graph().as_default() as graph, strategy.scope():
     def step():
         images = tf.random.uniform([2, 32, 32, 3], -1, 1)
         labels = tf.cast(tf.random.uniform([2, 7]) < 0.5, tf.float32)
-        return model_fn.make_model_fn(opts, run)(images, labels,
-                                                 tf.estimator.ModeKeys.TRAIN).train_op
+        return model_fn.make_model_fn(model_parts(opts), run)(images, labels,
+                                                              tf.estimator.ModeKeys.TRAIN).train_op
     strategy.extended.call_for_each_replica(step)
     trained = sum(v.shape.num_elements() for v in tf.trainable_variables())
     ops = [op for op in graph.get_operations()

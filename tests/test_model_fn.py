@@ -8,7 +8,8 @@ import tensorflow.compat.v1 as tf
 from mlimages.data import input_pipeline
 from mlimages.run import model_fn
 from mlimages.model import precision
-from helpers import options
+import flags as flags_lib
+from helpers import model_parts, options
 
 tf.disable_v2_behavior()
 
@@ -39,10 +40,13 @@ def test_dtype_graphs_build_and_train_two_steps_on_cpu(shards, resnet_size, dtyp
 def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
     with tf.Graph().as_default():
         opts = run_options(resnet_size, dtype)
-        dataset = input_pipeline.input_fn(opts, True, shards, augment_on)
+        given = flags_lib.grouped(opts)
+        dataset = input_pipeline.input_fn(given.data._replace(augment_on=augment_on),
+                                          given.model, True, shards)
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
-        run = model_fn.Run(data_format='channels_last', images_per_step=2)
-        spec = model_fn.make_model_fn(opts, run)(features, labels, tf.estimator.ModeKeys.TRAIN)
+        derived = model_fn.Derived(images_per_step=2)
+        spec = model_fn.make_model_fn(model_parts(opts), derived)(features, labels,
+                                                                 tf.estimator.ModeKeys.TRAIN)
         variables = tf.global_variables()
         assert all(v.dtype.base_dtype in (tf.float32, tf.int64) for v in variables)
         names = {v.op.name for v in variables}

@@ -113,7 +113,8 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--batch_
    '--data_dir=' + data_dir, '--model_dir=' + model_dir] + sys.argv[4:])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
 opts = flags_lib.options(F)
-estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
+estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts, plan),
+                                   plan)
 estimator._session_config.device_count['CPU'] = 2
 files, _ = training.training_files(opts, plan)
 estimator.train(training.training_input_fn(opts, files), max_steps=max_iter)

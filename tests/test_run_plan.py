@@ -13,7 +13,7 @@ from PIL import Image
 
 import flags as flags_lib
 import references
-from helpers import ROOT, run_main
+from helpers import ROOT, model_parts, run_main
 from mlimages.model import memory
 from mlimages.run import model_fn, run_plan
 from tools import plan_run
@@ -109,9 +109,9 @@ def test_the_checkpoint_size_is_the_saved_training_graphs(extra, tmp_path):
     with tf.Graph().as_default():
         features = tf.zeros([2, 32, 32, 3])
         labels = tf.zeros([2, 5]) if opts.label_type == 'multi' else tf.one_hot([0, 1], 5)
-        run = model_fn.Run(data_format='channels_last', images_per_step=2,
-                           images_per_global_step=2, max_steps=1)
-        model_fn.make_model_fn(opts, run)(features, labels, tf.estimator.ModeKeys.TRAIN)
+        derived = model_fn.Derived(images_per_step=2, images_per_global_step=2, max_steps=1)
+        model_fn.make_model_fn(model_parts(opts), derived)(features, labels,
+                                                          tf.estimator.ModeKeys.TRAIN)
         with tf.Session() as session:
             session.run(tf.global_variables_initializer())
             prefix = tf.train.Saver().save(session, str(tmp_path / 'model.ckpt'),

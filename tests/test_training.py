@@ -47,7 +47,7 @@ def test_layout_and_input_gradient_for_the_gpus_seen(monkeypatch, tmp_path, gpus
     opts = options(data_dir=str(tmp_path), model_dir=str(tmp_path / 'model'), dtype=dtype)
     assert opts.data_format == 'auto'
     assert training.data_format(opts) == layout
-    assert training.model_run(opts, layout).cpu_input_grad is cpu_input_grad
+    assert training.derived_values(opts).cpu_input_grad is cpu_input_grad
 
 
 def test_a_training_step_is_one_session_run(tmp_path):

@@ -27,6 +27,7 @@ from mlimages.distributed import peers
 from mlimages.distributed import ps_server
 from mlimages.run import failures
 import file_db
+import flags
 from mlimages.data import hierarchy
 from mlimages.run import hooks
 from mlimages.data import input_pipeline
@@ -65,11 +66,12 @@ def augment_on(opts):
     return input_pipeline.resolve_augment_on(opts.augment_on, devices.gpu_count() > 0)
 
 
-def model_run(opts, data_format, plan=None, warm_start=None):
-    """The model_fn.Run of this process: plan, the distribute.Plan of a training run (images
-    a step of this process and of the job, the task); warm_start, (checkpoint, names)."""
-    run = model_fn.Run(
-        data_format=data_format, cpu_input_grad=devices.gpu_count() == 0,
+def derived_values(opts, plan=None, warm_start=None):
+    """The model_fn.Derived of this process: plan, the distribute.Plan of a training run
+    (images a step of this process and of the job, the task); warm_start, (checkpoint,
+    names)."""
+    run = model_fn.Derived(
+        cpu_input_grad=devices.gpu_count() == 0,
         max_steps=training_steps(opts),
         legacy_counters=checkpoints.has_legacy_counters(opts.model_dir),
         leaf_mask=leaf_mask(opts.hierarchy, opts.class_num) if opts.hierarchy else None,
@@ -154,9 +156,10 @@ def session_config(opts, device_filters=(), fp16_on_cpu=False):
     return config
 
 
-def make_estimator(opts, run, plan=None):
-    """The Estimator of this run: opts, the run's options; run, its model_fn.Run; plan, the
-    distribute.Plan of a training run (its strategy and cluster role)."""
+def make_estimator(opts, layout, derived, plan=None):
+    """The Estimator of this run: opts, the run's options; layout, its resolved
+    --data_format; derived, its model_fn.Derived; plan, the distribute.Plan of a training
+    run (its strategy and cluster role)."""
     # An evaluator is not a member of the cluster: a local session, no strategy.
     cluster_member = plan is not None and not plan.evaluates
     # What RunConfig does when it makes the session config: a ps-mode task sees only the
@@ -177,7 +180,8 @@ def make_estimator(opts, run, plan=None):
             plan.distribution, opts.num_gpus, gpu_count=devices.gpu_count(),
             all_reduce_alg=opts.all_reduce_alg)
         if cluster_member else None)
-    return tf.estimator.Estimator(model_fn=model_fn.make_model_fn(opts, run),
+    parts = model_fn.parts(flags.grouped(opts), layout)
+    return tf.estimator.Estimator(model_fn=model_fn.make_model_fn(parts, derived),
                                   model_dir=opts.model_dir, config=run_config)
 
 
@@ -200,14 +204,23 @@ def log_to_file(log_dir, name='train.log'):
     logging.getLogger('tensorflow').addHandler(handler)
 
 
+def pipeline_input_fn(opts, is_training, files, record_shard=None):
+    """input_pipeline.input_fn of the run's data and model groups, --augment_on resolved."""
+    settings = flags.grouped(opts)
+    data = settings.data._replace(augment_on=augment_on(opts))
+    crop_seed = opts.random_seed if opts.deterministic else None
+    return lambda: input_pipeline.input_fn(data, settings.model, is_training, files,
+                                           crop_seed, record_shard)
+
+
 def eval_input_fn(opts, files):
-    return lambda: input_pipeline.input_fn(opts, False, files, augment_on(opts))
+    return pipeline_input_fn(opts, False, files)
 
 
 def training_input_fn(opts, files, record_shard=None):
     """The training input_fn; under a strategy it is called once per worker and every
     replica takes its own batch of --batch_size from it."""
-    return lambda: input_pipeline.input_fn(opts, True, files, augment_on(opts), record_shard)
+    return pipeline_input_fn(opts, True, files, record_shard)
 
 
 def cluster_eval_spec(opts, val_files):
@@ -245,11 +258,11 @@ def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=(
         files = evaluation_files(opts)
         checkpoint_path = evaluation_checkpoint(opts)
         log_to_file(opts.log_dir)
-        run = model_run(opts, data_format(opts))
+        derived = derived_values(opts)
         if opts.threshold == calibration.CALIBRATED:
             collector = calibration.ScoreCollector(opts.mask_thres)
-            run = run._replace(score_hook=collector.hook)
-        estimator = make_estimator(opts, run)
+            derived = derived._replace(score_hook=collector.hook)
+        estimator = make_estimator(opts, data_format(opts), derived)
     checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
     checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
     try:
@@ -358,8 +371,8 @@ def train(opts, settings=None, extra_hooks=()):
                         'warm-up)', opts.lr)
     checkpoints.check_checkpoint_head(checkpoints.latest_checkpoint(opts.model_dir),
                                       opts.class_num)
-    run = model_run(opts, layout, plan, log_fine_tuning(opts, warm_start))
-    estimator = make_estimator(opts, run, plan)
+    run = derived_values(opts, plan, log_fine_tuning(opts, warm_start))
+    estimator = make_estimator(opts, layout, run, plan)
     tracker = hooks.StepTracker()
     preempt = preemption.Preemption(PROGRAM)
     stop_hook = preemption.StopHook(preempt)
