@@ -15,7 +15,7 @@ from mlimages.distributed import distribute
 import file_db
 from mlimages.data import input_pipeline
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import ENV, LOGICAL_CPUS, ROOT, options, run_train, settings, scalar_tags
+from helpers import ENV, LOGICAL_CPUS, ROOT, run_train, scalar_tags, settings
 
 
 def config(cluster, task_type, index):
@@ -280,7 +280,7 @@ import os
 import numpy as np
 import flags as flags_lib
 import train
-from mlimages.run import training
+from mlimages.run import estimator as estimator_lib
 
 out_dir = sys.argv[1]
 B, S, C, STEPS = 2, 64, 5, 3
@@ -307,9 +307,9 @@ for replicas in (1, 2):
             shutil.copy(path, F.model_dir)
         tf.train.update_checkpoint_state(F.model_dir, F.model_dir + '/model.ckpt-0')
     plan = distribute.plan('none', replicas, 1, 0, F.batch_size, replicas, {})
-    opts = flags_lib.options(F)
-    estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts, plan),
-                                        plan)
+    run = flags_lib.settings(F)
+    run = run._replace(model=run.model._replace(data_format='channels_last'))
+    estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
     estimator._session_config.device_count['CPU'] = 2
     estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
                     max_steps=STEPS)
@@ -340,7 +340,7 @@ def first_updates(one, two, names):
 
 @pytest.mark.slow
 def test_estimator_one_device_vs_two_replicas(tmp_path):
-    """training.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
+    """estimator.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
     one device: two replicas that each get the single device's batch compute exactly what
     it computes, and averaging their equal gradients is exact, so every step agrees --
     cross_entropy, counters, every variable and momentum slot -- to float rounding (bit
@@ -406,7 +406,7 @@ def test_fine_tuning_one_device_vs_two_replicas(tmp_path):
 SYNTHETIC_CHILD = LOGICAL_CPUS + '''
 import flags as flags_lib
 import train
-from mlimages.run import training
+from mlimages.run import estimator as estimator_lib
 
 F = flags_lib.FLAGS
 F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.01',
@@ -414,9 +414,9 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.0
    '--visiable_gpu=-1', '--use_synthetic_data', '--batch_size=2', '--num_gpus=2',
    '--model_dir=' + sys.argv[1]])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
-opts = flags_lib.options(F)
-estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts, plan),
-                                   plan)
+run = flags_lib.settings(F)
+run = run._replace(model=run.model._replace(data_format='channels_last'))
+estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
 estimator._session_config.device_count['CPU'] = 2
 sys.path.insert(0, 'tests')
 from helpers import RunCounter
@@ -424,7 +424,8 @@ from mlimages.run import hooks
 from tensorflow.python.client import session as session_lib
 counter, tracker = RunCounter(), hooks.StepTracker()
 session_lib.BaseSession.run = counter.wrap(session_lib.BaseSession.run)
-estimator.train(training.training_input_fn(opts, []), max_steps=3, hooks=[counter, tracker])
+estimator.train(estimator_lib.training_input_fn(run.data, run.model, []), max_steps=3,
+                hooks=[counter, tracker])
 print(counter.per_step(), tracker.last_step)
 print(estimator.get_variable_value('global_step'),
       int(estimator.get_variable_value('pos_count').sum()))

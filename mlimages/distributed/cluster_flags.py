@@ -118,14 +118,15 @@ def narrow_to_slurm_task(num_gpus, environ=None):
     return environ['CUDA_VISIBLE_DEVICES']
 
 
-def setup(opts, environ=None):
-    """Puts the TF_CONFIG of Slurm or of the host flags into `environ` (os.environ), by the
-    precedence rule, before anything reads it; under Slurm also this task's
-    CUDA_VISIBLE_DEVICES. Returns (source, line for the log); raises UsageError."""
+def setup(cluster, num_gpus, environ=None):
+    """Puts the TF_CONFIG of Slurm or of the host flags (cluster: the flags.Cluster group)
+    into `environ` (os.environ), by the precedence rule, before anything reads it; under
+    Slurm also this task's CUDA_VISIBLE_DEVICES (its block of --num_gpus). Returns (source,
+    line for the log); raises UsageError."""
     environ = os.environ if environ is None else environ
-    flagged = [name for name, given in (('--worker_hosts', opts.worker_hosts),
-                                        ('--ps_hosts', opts.ps_hosts),
-                                        ('--ps_id', opts.ps_id >= 0)) if given]
+    flagged = [name for name, given in (('--worker_hosts', cluster.worker_hosts),
+                                        ('--ps_hosts', cluster.ps_hosts),
+                                        ('--ps_id', cluster.ps_id >= 0)) if given]
     tasks = slurm_tasks(environ)
     if environ.get('TF_CONFIG', '').strip():
         if flagged:
@@ -148,20 +149,20 @@ def setup(opts, environ=None):
             raise UsageError('this is a Slurm step of %d tasks and %s is given: the cluster '
                              'comes from Slurm; leave the host flags out' % (tasks,
                                                                               '/'.join(flagged)))
-        environ['CUDA_VISIBLE_DEVICES'] = slurm_gpus(environ, opts.num_gpus)
-        environ['TF_CONFIG'] = from_slurm(environ, opts.slurm_port_base)
+        environ['CUDA_VISIBLE_DEVICES'] = slurm_gpus(environ, num_gpus)
+        environ['TF_CONFIG'] = from_slurm(environ, cluster.slurm_port_base)
         return 'Slurm', 'cluster from Slurm (task %s of %d, CUDA_VISIBLE_DEVICES=%s): ' \
             'TF_CONFIG=%s' % (environ.get('SLURM_PROCID'), tasks,
                               environ['CUDA_VISIBLE_DEVICES'], environ['TF_CONFIG'])
-    if opts.worker_hosts:
-        environ['TF_CONFIG'] = from_host_flags(opts.worker_hosts, opts.ps_hosts,
-                                               opts.worker_id, opts.ps_id)
+    if cluster.worker_hosts:
+        environ['TF_CONFIG'] = from_host_flags(cluster.worker_hosts, cluster.ps_hosts,
+                                               cluster.worker_id, cluster.ps_id)
         return 'flags', 'cluster from --worker_hosts%s: TF_CONFIG=%s' % (
-            '/--ps_hosts' if opts.ps_hosts else '', environ['TF_CONFIG'])
-    if opts.worker_num > 1:
+            '/--ps_hosts' if cluster.ps_hosts else '', environ['TF_CONFIG'])
+    if cluster.worker_num > 1:
         return 'independent', (
             'independent run %d of %d on its share of the shards; no cluster (give '
-            '--worker_hosts to train one model together)' % (opts.worker_id, opts.worker_num))
+            '--worker_hosts to train one model together)' % (cluster.worker_id, cluster.worker_num))
     return None, None
 
 

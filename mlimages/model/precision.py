@@ -20,8 +20,6 @@ import numpy as np
 
 import tensorflow.compat.v1 as tf
 
-from mlimages.config.choices import DTYPES
-
 FP16_ON_CPU_ENV = 'MLIMAGES_FP16_ON_CPU'
 
 
