@@ -113,7 +113,7 @@ def test_collective_worker_replicates_over_exactly_num_gpus(monkeypatch, num_gpu
         assert strategy.num_replicas_in_sync == 2 * len(want)
 
 
-from helpers import laid_out, model_parts, options, settings
+from helpers import laid_out, model_parts, settings
 from mlimages.run import estimator as estimator_lib
 
 
@@ -182,7 +182,7 @@ def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
     with tf.Graph().as_default() as graph:
         images = tf.zeros([2, 32, 32, 3], tf.uint8)
         labels = tf.zeros([2, 5])
-        opts = options(model_dir=str(tmp_path), class_num=5, resnet_size=18, image_size=32)
+        opts = settings(model_dir=str(tmp_path), class_num=5, resnet_size=18, image_size=32)
         run = estimator_lib.derived_values(laid_out(opts))._replace(images_per_step=2)
         model_fn.make_model_fn(model_parts(opts), run)({'image': images}, labels,
                                                        tf.estimator.ModeKeys.TRAIN)
@@ -226,10 +226,10 @@ def map_parallelism(opts, files):
 def test_decode_pool_defaults_to_autotune_and_a_flag_pins_it(shards):
     """--num_preprocess_threads: default 0 = AUTOTUNE (tf.data sizes the pool to the host)
     in every parallel map of the training pipeline; N pins it; the log line says which."""
-    opts = options(class_num=7, image_size=32, batch_size=2)
-    assert opts.num_preprocess_threads == 0
-    assert set(map_parallelism(opts, shards)) == {-1}
-    assert set(map_parallelism(opts._replace(num_preprocess_threads=3), shards)) >= {3}
+    given = dict(class_num=7, image_size=32, batch_size=2)
+    assert settings(**given).data.num_preprocess_threads == 0
+    assert set(map_parallelism(settings(**given), shards)) == {-1}
+    assert set(map_parallelism(settings(num_preprocess_threads=3, **given), shards)) >= {3}
     assert devices.describe_decode_threads(0, cores=64) == (
         'parallel decodes AUTOTUNE (tf.data sizes them to the host, up to its 64 cores; '
         '--num_preprocess_threads=N pins them)')

@@ -475,7 +475,7 @@ import json
 import os
 from mlimages.run import model_fn
 from helpers import model_parts
-from test_model_fn import run_options
+from test_model_fn import run_settings
 strategy_kind, alg, dtype, worker = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if strategy_kind == 'collective':   # worker `worker` of two (nothing is started: graph only)
     os.environ['TF_CONFIG'] = json.dumps({'cluster': {'worker': ['127.0.0.1:1', '127.0.0.1:2']},
@@ -483,7 +483,7 @@ if strategy_kind == 'collective':   # worker `worker` of two (nothing is started
     strategy = distribute.train_distribute('collective', 1, gpu_count=0, all_reduce_alg=alg)
 else:
     strategy = distribute.train_distribute('none', 2, all_reduce_alg=alg)
-opts = run_options(18, dtype)._replace(class_num=7)
+opts = run_settings(18, dtype, class_num=7)
 run = model_fn.Derived(images_per_step=2)
 with tf.Graph().as_default() as graph, strategy.scope():
     def step():

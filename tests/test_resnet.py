@@ -263,8 +263,8 @@ def test_a_partitioned_head_checkpoint_restores_whole_under_the_original_names(t
     and a single-device model (one slice) restores them equal."""
     from mlimages.run import model_fn
     from helpers import model_parts
-    from test_model_fn import run_options
-    opts = run_options(18, 'fp32')._replace(class_num=10)
+    from test_model_fn import run_settings
+    opts = run_settings(18, 'fp32', class_num=10)
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     labels = (rng.random((2, 10)) < 0.5).astype(np.float32)

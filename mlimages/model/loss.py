@@ -20,7 +20,7 @@ L2 terms, l2_loss(v) = sum(v^2) / 2:
   weight_decay * sum l2_loss(v), 'bn' not in v's name
   + bn_weight_decay * weight_decay * sum l2_loss(v), 'bn' in v's name       (weight_decay_loss)
   (pre-training: bn_weight_decay 0, no L2 on batch norm; the original's finetune.py: 0.1)
-A run's loss from its options (flags.Options): cross_entropy_of and weight_decay_of.
+A run's loss from its settings groups (flags.Training): cross_entropy_of and weight_decay_of.
 The counters are non-trainable variables `pos_count` and `neg_count` (the original left them
 unnamed: `Variable`, `Variable_1`), saved in every checkpoint so a resumed run continues
 the same streaks.

@@ -4,7 +4,7 @@
 
     evaluation  every batch's sigmoid scores (float32) and labels, as int8 codes: 1
                 positive (label >= mask_thres), 0 negative, -1 ignored, collected
-                (ScoreCollector, through model_fn.Run.score_hook: N x C x 5 bytes, 2.8 GB for
+                (ScoreCollector, through model_fn.Derived.score_hook: N x C x 5 bytes, 2.8 GB for
                 50,000 images of 11,166 classes, twice that while they are joined), then per
                 class c the threshold t_c that maximizes its F1 on
                 them (metrics.f1_optimal_thresholds; classes without a positive keep the
@@ -45,7 +45,7 @@ CODE_THRES = 0.5
 
 class ScoreCollector(object):
     """The label codes and scores of every evaluation batch (module docstring), as numpy
-    arrays; `hook` is model_fn.Run.score_hook (called with the batch's labels and scores
+    arrays; `hook` is model_fn.Derived.score_hook (called with the batch's labels and scores
     tensors)."""
 
     def __init__(self, mask_thres):
