@@ -183,8 +183,8 @@ def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
         images = tf.zeros([2, 32, 32, 3], tf.uint8)
         labels = tf.zeros([2, 5])
         opts = settings(model_dir=str(tmp_path), class_num=5, resnet_size=18, image_size=32)
-        run = estimator_lib.derived_values(laid_out(opts))._replace(images_per_step=2)
-        model_fn.make_model_fn(model_parts(opts), run)({'image': images}, labels,
+        derived = estimator_lib.derived_values(laid_out(opts))._replace(images_per_step=2)
+        model_fn.make_model_fn(model_parts(opts), derived)({'image': images}, labels,
                                                        tf.estimator.ModeKeys.TRAIN)
         kept_out = {op.type for op in graph.get_operations()
                     if '_XlaCompile' in op.node_def.attr and not op.get_attr('_XlaCompile')}

@@ -484,13 +484,13 @@ if strategy_kind == 'collective':   # worker `worker` of two (nothing is started
 else:
     strategy = distribute.train_distribute('none', 2, all_reduce_alg=alg)
 opts = run_settings(18, dtype, class_num=7)
-run = model_fn.Derived(images_per_step=2)
+derived = model_fn.Derived(images_per_step=2)
 with tf.Graph().as_default() as graph, strategy.scope():
     def step():
         images = tf.random.uniform([2, 32, 32, 3], -1, 1)
         labels = tf.cast(tf.random.uniform([2, 7]) < 0.5, tf.float32)
-        return model_fn.make_model_fn(model_parts(opts), run)(images, labels,
-                                                              tf.estimator.ModeKeys.TRAIN).train_op
+        return model_fn.make_model_fn(model_parts(opts), derived)(
+            images, labels, tf.estimator.ModeKeys.TRAIN).train_op
     strategy.extended.call_for_each_replica(step)
     trained = sum(v.shape.num_elements() for v in tf.trainable_variables())
     ops = [op for op in graph.get_operations()

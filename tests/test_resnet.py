@@ -271,8 +271,8 @@ def test_a_partitioned_head_checkpoint_restores_whole_under_the_original_names(t
     path = str(tmp_path / 'model.ckpt')
     with tf.Graph().as_default():
         tf.set_random_seed(1)
-        run = model_fn.Derived(images_per_step=2, head_shards=3)
-        spec = model_fn.make_model_fn(model_parts(opts), run)(
+        derived = model_fn.Derived(images_per_step=2, head_shards=3)
+        spec = model_fn.make_model_fn(model_parts(opts), derived)(
             tf.constant(images), tf.constant(labels), tf.estimator.ModeKeys.TRAIN)
         parts = [v.op.name for v in tf.global_variables() if 'logits' in v.op.name]
         assert 'logits/dense/kernel/part_2' in parts and 'logits/dense/bias/part_2' in parts
@@ -289,8 +289,8 @@ def test_a_partitioned_head_checkpoint_restores_whole_under_the_original_names(t
     assert shapes['logits/dense/bias'] == [10]
     assert not any('part_' in name for name in shapes)
     with tf.Graph().as_default():
-        run = model_fn.Derived(images_per_step=2)
-        spec = model_fn.make_model_fn(model_parts(opts), run)(
+        derived = model_fn.Derived(images_per_step=2)
+        spec = model_fn.make_model_fn(model_parts(opts), derived)(
             tf.constant(images), tf.constant(labels), tf.estimator.ModeKeys.TRAIN)
         with tf.Session() as session:
             tf.train.Saver().restore(session, path)
