@@ -229,7 +229,7 @@ def main(argv, extra_hooks=()):
     settings = flags_lib.settings()
     stop_raises()
     try:
-        run_mode(settings, extra_hooks)
+        dispatch(settings, extra_hooks)
     except (UsageError, errors.DataError, errors.DirectoryError) as e:
         sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
         sys.exit(2)
@@ -256,7 +256,7 @@ def main(argv, extra_hooks=()):
         sys.exit(status)
 
 
-def run_mode(settings, extra_hooks):
+def dispatch(settings, extra_hooks):
     """The mode of the Settings: --demo, eval, predict, export, or training (train,
     train_and_eval), then --export_dir's SavedModel."""
     flag_checks.validate(settings)

@@ -178,8 +178,8 @@ def plan_lines(settings, plan, gpus, images, hours=None, images_per_sec=None, gp
     lines.append('checkpoints: every %s steps (%.2f epochs), %d saved, the newest %d kept '
                  '(--max_to_keep): %.2f GiB each (ResNet-%d, %d classes), %.1f GiB on disk '
                  'at the end (+ a graph .meta each)' % (
-                     '{:,}'.format(output.snapshot), epochs(output.snapshot), saves, kept, size / GiB,
-                     model.resnet_size, model.class_num, kept * size / GiB))
+                     '{:,}'.format(output.snapshot), epochs(output.snapshot), saves, kept,
+                     size / GiB, model.resnet_size, model.class_num, kept * size / GiB))
     lines.append(memory_line(model, settings.data.batch_size, gpu_gb))
     total = schedule.max_iter * batch
     if hours:

@@ -127,8 +127,8 @@ def train(settings, flags_txt=None, extra_hooks=()):
         settings, plan, log_fine_tuning(settings.finetune, settings.model.class_num,
                                         settings.output.model_dir, warm_start))
     estimator = estimator_lib.make_estimator(settings, derived, plan)
-    return run_training(estimator, settings, plan, chief, derived.legacy_counters,
-                        (files, record_shard, val_files), extra_hooks)
+    return train_with_hooks(estimator, settings, plan, chief, derived.legacy_counters,
+                            (files, record_shard, val_files), extra_hooks)
 
 
 def input_files(settings, plan):
@@ -222,7 +222,7 @@ def log_model(settings, memory_lines):
                         'warm-up)', settings.schedule.lr)
 
 
-def run_training(estimator, settings, plan, chief, legacy_counters, inputs, extra_hooks):
+def train_with_hooks(estimator, settings, plan, chief, legacy_counters, inputs, extra_hooks):
     """Trains with the session hooks of the task (training_session_hooks), a failure said
     in one line (failure_error); a ps task serves instead. Returns the Estimator."""
     output, max_iter = settings.output, settings.schedule.max_iter
