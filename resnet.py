@@ -30,6 +30,7 @@ trainable_under_fixblock2 (the original's name test: stages_2, stages_3, global_
 """
 import tensorflow.compat.v1 as tf
 
+from mlimages.config.choices import FROZEN_BN_MODES, SUPPORTED_SIZES
 from mlimages.errors import UsageError
 
 # resnet_size -> (block type, blocks per stage)
@@ -41,13 +42,12 @@ _ARCHITECTURES = {
     152: ('bottleneck', [3, 8, 36, 3]),
     200: ('bottleneck', [3, 24, 36, 3]),
 }
-SUPPORTED_SIZES = tuple(sorted(_ARCHITECTURES))
+assert tuple(sorted(_ARCHITECTURES)) == SUPPORTED_SIZES
 
 # Output channels of each stage.
 _STAGE_FILTERS = {'bottleneck': [256, 512, 1024, 2048], 'basic': [64, 128, 256, 512]}
 _STAGE_STRIDES = [2, 2, 2, 2]
 
-FROZEN_BN_MODES = ('inference', 'train')
 # Substrings of the names of the variables the original's finetune.py updates under FixBlock2.
 FIXBLOCK2_TRAINED = ('stages_2', 'stages_3', 'global_pool', 'logits')
 

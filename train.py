@@ -1,5 +1,5 @@
 """The command line of the trainer: parses and validates the flags, unpacks them once
-into an Options (one plain value per flag) and runs the mode. Training and evaluation are
+into the Settings (flags.settings: the values in groups by concern) and runs the mode. Training and evaluation are
 mlimages/run/training.py's, inference mlimages/inference/serving.py's; the rest of the
 data flow is docs/layout.md's
 
@@ -11,7 +11,7 @@ data flow is docs/layout.md's
     .venv/bin/python train.py --help        # every flag, grouped
 
 Exit status: 0 done, 1 an error after training started (errors.TrainingError), 2 a bad
-flag or input (errors.UsageError, file_db.DataError), 143 / 130 stopped by SIGTERM / SIGINT
+flag or input (errors.UsageError, errors.DataError), 143 / 130 stopped by SIGTERM / SIGINT
 (128 + the signal; a training run saves a checkpoint at the step it stopped at first:
 rerun the same command to resume, preemption.py), 200 a task of the cluster job was lost
 (peers.py: retryable, rerun every task to resume); each reported as one line.
@@ -34,87 +34,88 @@ startup.before_tensorflow(PROGRAM)  # quiet start-up and the versions, before th
 # After start-up on purpose: startup quiets TensorFlow and checks its version first.
 import tensorflow.compat.v1 as tf  # noqa: E402
 
-import file_db  # noqa: E402
 import flags as flags_lib  # noqa: E402
-from mlimages.config import gpu_env, interpreter, run_settings  # noqa: E402
+from mlimages.config import flag_checks, gpu_env, interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
+from mlimages import errors  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
                              TrainingError, UsageError, stop_raises, stopped)
 from mlimages.inference import (export as export_lib, inference_io,  # noqa: E402
                                 inference_settings, runs, saved_models, serving)
 from mlimages.model import precision  # noqa: E402
-from mlimages.run import calibration, checkpoints, run_dirs, training  # noqa: E402
+from mlimages.run import calibration, checkpoints, estimator, evaluation, training  # noqa: E402
 
 tf.disable_v2_behavior()
 
 FLAGS = flags_lib.FLAGS
-Options = flags_lib.Options
 
 
-def settings(opts):
+def flags_txt(settings):
     """(header, flag lines) of this run for <model_dir>/flags.txt (run_settings): the
     values it runs with (the demo's settings included)."""
     return (run_settings.header(PROGRAM, tf.version.VERSION),
-            run_settings.flag_lines(opts._asdict()))
+            run_settings.flag_lines(flags_lib.flat(settings)))
 
 
-def choose_devices(opts):
+def choose_devices(settings):
     """Makes the GPUs of --visiable_gpu/--num_gpus the only ones this process sees, before
-    anything starts TensorFlow's GPU runtime; returns opts with the thread counts of
-    --tf_gpu_thread_mode, or of this process's CPU share when it is less than the CPUs it
-    sees (devices.cpu_share: several tasks on the node), filled in where the user gave none."""
-    made, inter_op, private = devices.choose(opts.visiable_gpu, opts.num_gpus,
-                                             opts.tf_gpu_thread_mode)
+    anything starts TensorFlow's GPU runtime; returns the Settings with the thread counts
+    of --tf_gpu_thread_mode, or of this process's CPU share when it is less than the CPUs
+    it sees (devices.cpu_share: several tasks on the node), filled in where the user gave
+    none (the devices group's and the data group's private_threads)."""
+    chosen = settings.devices
+    made, inter_op, private = devices.choose(chosen.visiable_gpu, chosen.num_gpus,
+                                             chosen.tf_gpu_thread_mode)
     inter_op, intra_op, private = devices.share_threads(
-        devices.cpu_share(), opts.inter_op_threads or inter_op, opts.intra_op_threads,
-        opts.private_threads or private)
-    opts = opts._replace(inter_op_threads=inter_op, intra_op_threads=intra_op,
-                         private_threads=private)
+        devices.cpu_share(), chosen.inter_op_threads or inter_op, chosen.intra_op_threads,
+        settings.data.private_threads or private)
+    chosen = chosen._replace(inter_op_threads=inter_op, intra_op_threads=intra_op)
     # Without a GPU there is nothing to say (training's first lines count the GPUs seen).
-    if devices.gpu_count() or opts.tf_gpu_thread_mode in ('gpu_private', 'gpu_shared'):
+    if devices.gpu_count() or chosen.tf_gpu_thread_mode in ('gpu_private', 'gpu_shared'):
         tf.logging.info('devices: %s; inter-op threads %s, input private threads %s', ', '.join(
             '%s=%s' % item for item in sorted(made.items())),
-            opts.inter_op_threads or 'default', opts.private_threads or 'shared')
+            chosen.inter_op_threads or 'default', private or 'shared')
     if devices.gpu_count():  # a GPU newer than the build's machine code: the start's cost
         line = gpu_env.compute_capability_line(
             gpu_env.build_capabilities(), gpu_env.device_capabilities(), os.environ)
         if line:
             tf.logging.warning('%s', line)
-    return opts
+    return settings._replace(devices=chosen,
+                             data=settings.data._replace(private_threads=private))
 
 
-def start_cluster(opts):
+def start_cluster(task, cluster, num_gpus, model_dir):
     """The cluster of TF_CONFIG, Slurm or --worker_hosts (cluster_flags.setup: TF_CONFIG
     and, under Slurm, CUDA_VISIBLE_DEVICES); an independent run of --worker_num > 1 says
     so first, and stops here if another worker's run owns its --model_dir (training.train
     claims it once the inputs are checked)."""
-    source, line = cluster_flags.setup(opts)
+    source, line = cluster_flags.setup(cluster, num_gpus)
     if line:
         tf.logging.info(line)
-    if source == 'independent' and opts.mode in ('train', 'train_and_eval') and \
-            not opts.demo:
-        cluster_flags.claim_model_dir(opts.model_dir, opts.worker_id, opts.worker_num,
+    if source == 'independent' and task.mode in ('train', 'train_and_eval') and \
+            not task.demo:
+        cluster_flags.claim_model_dir(model_dir, cluster.worker_id, cluster.worker_num,
                                       create=False)
 
 
-def validate(opts):
+def validate(settings):
     """Checks everything that can be checked before a graph exists: every flag's value
-    (flags.validate), then what the values name (the hierarchy file, the export directory,
-    the CPU's kernels); raises UsageError."""
-    flags_lib.validate(opts)
-    if opts.export_dir:
-        saved_models.check_export_dir(opts.export_dir)
-    if opts.hierarchy:
-        training.leaf_mask(opts.hierarchy, opts.class_num)  # a bad file is a UsageError
-    check_cpu_kernels(opts)
+    (flag_checks.validate), then what the values name (the hierarchy file, the export
+    directory, the CPU's kernels); raises UsageError. Reads every group."""
+    flag_checks.validate(settings)
+    if settings.task.export_dir:
+        saved_models.check_export_dir(settings.task.export_dir)
+    if settings.evaluation.hierarchy:  # a bad file is a UsageError
+        estimator.leaf_mask(settings.evaluation.hierarchy, settings.model.class_num)
+    check_cpu_kernels(settings.model.dtype, settings.devices)
 
 
-def check_cpu_kernels(opts):
+def check_cpu_kernels(dtype, devices_group):
     """--dtype on a machine without GPUs: its CPU kernels must exist; raises UsageError."""
-    if opts.dtype != 'bf16' or tf.config.list_physical_devices('GPU'):
+    if dtype != 'bf16' or tf.config.list_physical_devices('GPU'):
         return
-    error = precision.cpu_kernel_error(opts.dtype, devices.session_config(
-        opts.inter_op_threads, opts.intra_op_threads))
+    error = precision.cpu_kernel_error(dtype, devices.session_config(
+        devices_group.inter_op_threads, devices_group.intra_op_threads))
     if error:
         raise UsageError(
             '--dtype=bf16: this CPU has no bfloat16 convolution in TensorFlow\'s oneDNN '
@@ -122,88 +123,100 @@ def check_cpu_kernels(opts):
             'TensorFlow\'s own bfloat16 kernels' % error)
 
 
-def trained_settings(opts):
-    """--mode=eval, predict and export: the network's settings (inference_settings) from
-    the flags.txt beside the checkpoint unless given on the command line, logged first
-    once the checkpoint is found (a missing one is the one line)."""
-    if opts.mode == 'eval':
-        training.evaluation_checkpoint(opts)
+def trained_settings(settings):
+    """--mode=eval, predict and export: the Settings with the network's settings
+    (inference_settings) from the flags.txt beside the checkpoint unless given on the
+    command line, logged first once the checkpoint is found (a missing one is the one
+    line)."""
+    task, model_dir = settings.task, settings.output.model_dir
+    if task.mode == 'eval':
+        evaluation.evaluation_checkpoint(task.checkpoint_path, model_dir)
     else:
-        inference_checkpoint(opts)
+        inference_checkpoint(task.checkpoint_path, model_dir)
+    # TRANSITION (#41): inference_settings takes an Options until it moves to the groups.
     opts, lines = inference_settings.for_options(
-        opts, flags_lib.given(), opts.checkpoint_path or opts.model_dir,
-        inference_settings.MODE_SETTINGS[opts.mode])
+        flags_lib.as_options(settings), flags_lib.given(), task.checkpoint_path or model_dir,
+        inference_settings.MODE_SETTINGS[task.mode])
     tf.logging.info('%s', lines[0])
     for line in lines[1:]:
         tf.logging.warning('%s', line)
-    return opts
+    return flags_lib.grouped(opts)
 
 
-def check_eval_model(opts):
+def check_eval_model(checkpoint_path, model_dir, model):
     """--mode=eval: a depth or class count that does not fit the checkpoint is a
     UsageError (as predict and export check it), not a failed restore."""
-    checkpoint = opts.checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
+    checkpoint = checkpoint_path or checkpoints.latest_checkpoint(model_dir)
     if checkpoint and tf.train.checkpoint_exists(checkpoint):
-        checkpoints.checkpoint_model(checkpoint, opts.resnet_size, opts.class_num)
+        checkpoints.checkpoint_model(checkpoint, model.resnet_size, model.class_num)
 
 
-def inference_checkpoint(opts):
+def inference_checkpoint(checkpoint_path, model_dir):
     """--checkpoint_path, else the latest checkpoint in --model_dir."""
-    if opts.checkpoint_path:
-        return checkpoints.resolve_checkpoint(opts.checkpoint_path, 'checkpoint_path')
-    return checkpoints.resolve_checkpoint(opts.model_dir, 'model_dir')
+    if checkpoint_path:
+        return checkpoints.resolve_checkpoint(checkpoint_path, 'checkpoint_path')
+    return checkpoints.resolve_checkpoint(model_dir, 'model_dir')
 
 
-def predict(opts):
+def predict(settings):
     """--mode=predict: tools/predict.py's TSV for the images of --piclist, on stdout."""
-    validate(opts)
-    images = inference_io.collect_images(list_file=opts.piclist)
+    validate(settings)
+    inference, model = settings.inference, settings.model
+    images = inference_io.collect_images(list_file=inference.piclist)
     predictor = serving.load_predictor(
-        checkpoint=inference_checkpoint(opts), opts=opts, resnet_size=opts.resnet_size,
-        class_num=opts.class_num, top_k=opts.top_k, preprocess=opts.preprocess)
+        checkpoint=inference_checkpoint(settings.task.checkpoint_path,
+                                        settings.output.model_dir),
+        opts=flags_lib.as_options(settings), resnet_size=model.resnet_size,
+        class_num=model.class_num, top_k=inference.top_k, preprocess=inference.preprocess)
     try:
-        names = (inference_io.load_class_names(opts.class_dict, predictor.class_num)
-                 if opts.class_dict else None)
-        threshold, _ = thresholds(opts, predictor.checkpoint, predictor.class_num)
+        names = (inference_io.load_class_names(inference.class_dict, predictor.class_num)
+                 if inference.class_dict else None)
+        threshold, _ = threshold_and_file(inference.threshold, predictor.checkpoint,
+                                          predictor.class_num)
         processed, skipped = runs.run_predict(
-            predictor, images, None, 'tsv', opts.batch_size, opts.top_k, threshold, names,
-            PROGRAM)
+            predictor, images, None, 'tsv', settings.data.batch_size, inference.top_k,
+            threshold, names, PROGRAM)
     finally:
         predictor.close()
     if not processed:
         raise TrainingError('no image of --piclist=%s could be processed (%d skipped)'
-                            % (opts.piclist, skipped))
+                            % (inference.piclist, skipped))
     tf.logging.info('%d image%s classified with %s, %d skipped', processed,
                     '' if processed == 1 else 's', predictor.source,
                     skipped)
 
 
-def thresholds(opts, checkpoint_path, class_num):
+def threshold_and_file(threshold, checkpoint_path, class_num):
     """--threshold: (its number, None), or for calibrated (the per-class thresholds of
     the thresholds.txt beside the checkpoint, its path); a file chosen for another
     checkpoint is a warning."""
-    if opts.threshold != calibration.CALIBRATED:
-        return float(opts.threshold), None
+    if threshold != calibration.CALIBRATED:
+        return float(threshold), None
     values, path, warnings = calibration.for_checkpoint(checkpoint_path, class_num)
     for line in warnings:
         tf.logging.warning('%s', line)
     return values, path
 
 
-def export(opts, checkpoint_path=None):
+def export(settings, checkpoint_path=None):
     """--mode=export, or --export_dir after training: export.py's SavedModel of the
     checkpoint (default: --checkpoint_path, else the latest in --model_dir)."""
-    validate(opts)
-    checkpoint_path = checkpoint_path or inference_checkpoint(opts)
-    checkpoints.checkpoint_model(checkpoint_path, opts.resnet_size, opts.class_num)
-    threshold, calibrated = thresholds(opts, checkpoint_path, opts.class_num)
+    validate(settings)
+    inference, model = settings.inference, settings.model
+    checkpoint_path = checkpoint_path or inference_checkpoint(settings.task.checkpoint_path,
+                                                              settings.output.model_dir)
+    checkpoints.checkpoint_model(checkpoint_path, model.resnet_size, model.class_num)
+    threshold, calibrated = threshold_and_file(inference.threshold, checkpoint_path,
+                                               model.class_num)
+    # TRANSITION (#41): export and inference_settings take an Options until they move.
+    opts = flags_lib.as_options(settings)
     path = export_lib.export_saved_model(
-        checkpoint_path, opts.export_dir, opts, opts.top_k, opts.preprocess,
+        checkpoint_path, settings.task.export_dir, opts, inference.top_k, inference.preprocess,
         flags_lines=inference_settings.export_record(opts, checkpoint_path),
         threshold=threshold if calibrated is None else None, calibrated=calibrated)
     tf.logging.info('exported %s as the SavedModel %s (%s; %s; positives at %s)',
                     checkpoint_path, path, export_lib.describe(path),
-                    serving.preprocessing_line(opts.preprocess, opts.image_size),
+                    serving.preprocessing_line(inference.preprocess, model.image_size),
                     calibrated or 'score >= %g' % threshold)
     return path
 
@@ -213,34 +226,11 @@ def main(argv, extra_hooks=()):
     training session and of --mode=eval's evaluation (a seam for programs that wrap this
     one)."""
     del argv
-    opts = flags_lib.options()
+    settings = flags_lib.settings()
     stop_raises()
     try:
-        flags_lib.validate(opts)
-        start_cluster(opts)  # TF_CONFIG from Slurm or the host flags, before it is read
-        opts = choose_devices(opts)
-        if opts.demo:
-            from mlimages import demo  # the record builders load for --demo only
-            opts = demo.prepare(opts, flags_lib.given())
-            validate(opts)
-            demo.report(opts, training.train(opts, settings(opts), extra_hooks))
-            if opts.export_dir:
-                export(opts, checkpoints.latest_checkpoint(opts.model_dir))
-        elif opts.mode == 'eval':
-            opts = trained_settings(opts)
-            validate(opts)
-            check_eval_model(opts)
-            training.evaluate(opts, run_hooks=extra_hooks)
-        elif opts.mode == 'predict':
-            predict(trained_settings(opts))
-        elif opts.mode == 'export':
-            export(trained_settings(opts))
-        else:
-            validate(opts)
-            training.train(opts, settings(opts), extra_hooks)
-            if opts.export_dir:
-                export(opts, checkpoints.latest_checkpoint(opts.model_dir))
-    except (UsageError, file_db.DataError, run_dirs.DirectoryError) as e:
+        dispatch(settings, extra_hooks)
+    except (UsageError, errors.DataError, errors.DirectoryError) as e:
         sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
         sys.exit(2)
     except TrainingError as e:
@@ -261,8 +251,43 @@ def main(argv, extra_hooks=()):
         words, status = stopped(e)
         sys.stderr.write('%s: %s%s\n' % (
             PROGRAM, words, ' before training started; nothing was saved, rerun the same '
-            'command' if opts.mode in ('train', 'train_and_eval') else '; nothing was written'))
+            'command' if settings.task.mode in ('train', 'train_and_eval')
+            else '; nothing was written'))
         sys.exit(status)
+
+
+def dispatch(settings, extra_hooks):
+    """The mode of the Settings: --demo, eval, predict, export, or training (train,
+    train_and_eval), then --export_dir's SavedModel."""
+    flag_checks.validate(settings)
+    # TF_CONFIG from Slurm or the host flags, before it is read
+    start_cluster(settings.task, settings.cluster, settings.devices.num_gpus,
+                  settings.output.model_dir)
+    settings = choose_devices(settings)
+    mode = settings.task.mode
+    if settings.task.demo:
+        from mlimages import demo  # the record builders load for --demo only
+        settings = demo.prepare(settings, flags_lib.given())
+        validate(settings)
+        demo.report(settings, training.train(settings, flags_txt(settings), extra_hooks))
+    elif mode == 'eval':
+        settings = trained_settings(settings)
+        validate(settings)
+        check_eval_model(settings.task.checkpoint_path, settings.output.model_dir,
+                         settings.model)
+        evaluation.evaluate(settings, run_hooks=extra_hooks)
+        return
+    elif mode == 'predict':
+        predict(trained_settings(settings))
+        return
+    elif mode == 'export':
+        export(trained_settings(settings))
+        return
+    else:
+        validate(settings)
+        training.train(settings, flags_txt(settings), extra_hooks)
+    if settings.task.export_dir:
+        export(settings, checkpoints.latest_checkpoint(settings.output.model_dir))
 
 
 def flag_error_text(error):
@@ -275,7 +300,7 @@ def flag_error_text(error):
     return str(error)
 
 
-def run(extra_hooks=()):
+def from_command_line(extra_hooks=()):
     """The command line: parses sys.argv and runs main (extra_hooks: see main)."""
     import functools
     from absl import app
@@ -302,4 +327,4 @@ def run(extra_hooks=()):
 
 
 if __name__ == '__main__':
-    run()
+    from_command_line()

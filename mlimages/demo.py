@@ -6,7 +6,7 @@ the same path as real data (an image list -> make_tfrecords.build_records -> sha
 <demo_dir>/data/{train,val}), a ResNet-18 at 48x48 trains on them with train.py's code,
 and the demo then reports how much it learned (report):
 
-  mAP margin  validation mAP (training.evaluate) - the label-frequency baseline's mAP
+  mAP margin  validation mAP (evaluation.evaluate) - the label-frequency baseline's mAP
   loss trend  mean weighted cross_entropy of the last quarter of the steps / the first
               quarter's (read back from the TensorBoard events, one value a step)
   learned     mAP margin >= MAP_MARGIN and loss trend <= LOSS_TREND
@@ -23,7 +23,8 @@ import tensorflow.compat.v1 as tf
 from PIL import Image, ImageDraw
 
 from mlimages.config import interpreter
-from mlimages.run import training
+import flags
+from mlimages.run import evaluation
 from mlimages.recordkit import make_tfrecords
 
 SHAPES = ['circle', 'square', 'triangle', 'cross']
@@ -155,11 +156,11 @@ def label_frequency_baseline(data_dir, threshold=0.7):
     return float(frequency[frequency > 0].mean()), float(frequency.max())
 
 
-def prepare(opts, given):
-    """The demo's options from the command line's (opts, a train.Options; given: the names
-    of the flags given on the command line, which win over SETTINGS): builds the data if
-    needed and puts the model and log directories under --demo_dir unless given."""
-    demo_dir = os.path.abspath(opts.demo_dir)
+def prepare(settings, given):
+    """The demo's Settings from the command line's (given: the names of the flags given on
+    the command line, which win over SETTINGS): builds the data if needed and puts the
+    model and log directories under --demo_dir unless given."""
+    demo_dir = os.path.abspath(settings.task.demo_dir)
     os.makedirs(demo_dir, exist_ok=True)
     changes = {name: value for name, value in SETTINGS.items() if name not in given}
     changes['data_dir'] = make_dataset(demo_dir)
@@ -167,7 +168,7 @@ def prepare(opts, given):
         changes['model_dir'] = os.path.join(demo_dir, 'model')
     if 'log_dir' not in given:
         changes['log_dir'] = os.path.join(demo_dir, 'log')
-    return opts._replace(**changes)
+    return flags.replace(settings, **changes)
 
 
 def verdict(map_margin, trend):
@@ -175,13 +176,14 @@ def verdict(map_margin, trend):
     return 'learned' if map_margin >= MAP_MARGIN and trend <= LOSS_TREND else 'NOT learned'
 
 
-def report(opts, estimator):
-    """After training.train(opts): prints what the model learned (the module docstring's
-    figures and verdict); returns (loss trend, the validation metrics)."""
-    steps, ce = scalar_series(opts.model_dir, 'cross_entropy')
+def report(settings, estimator):
+    """After training.train(settings): prints what the model learned (the module
+    docstring's figures and verdict); returns (loss trend, the validation metrics)."""
+    steps, ce = scalar_series(settings.output.model_dir, 'cross_entropy')
     trend = loss_trend(ce)
-    result = training.evaluate(opts, estimator, files=training.evaluation_files(opts))
-    base_map, base_p1 = label_frequency_baseline(opts.data_dir)
+    result = evaluation.evaluate(settings, estimator, files=evaluation.evaluation_files(
+        settings.data, settings.model.class_num))
+    base_map, base_p1 = label_frequency_baseline(settings.data.data_dir)
     margin = result['mAP'] - base_map
     print('\ndemo: validation mAP %.3f, label-frequency baseline %.3f: %+.3f (needs >= +%.2f);'
           ' precision@1 %.3f (baseline %.3f)' % (result['mAP'], base_map, margin, MAP_MARGIN,
@@ -190,5 +192,5 @@ def report(opts, estimator):
           '(needs <= %.2f)' % (len(ce), trend, LOSS_TREND))
     print('demo: %s' % verdict(margin, trend))
     print('demo: TensorBoard: %s --logdir %s' % (interpreter.script_command('tensorboard'),
-                                                 opts.model_dir))
+                                                 settings.output.model_dir))
     return trend, result

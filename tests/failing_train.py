@@ -2,8 +2,8 @@
 
     TRAIN_TEST_FAILURE=KIND:N python tests/failing_train.py <train.py flags>
 
-runs train.py's command line with one more hook (train.run's extra_hooks) that adds an op
-to the training graph and fetches it with the N-th step of this process, in the same
+runs train.py's command line with one more hook (train.from_command_line's extra_hooks)
+that adds an op to the training graph and fetches it with the N-th step of this process, in the same
 session.run as the train op. KIND is what the op meets, each a real TensorFlow error:
   oom      a tensor of 3 x 2^44 floats (192 TB, beyond any address space): the CPU
            allocator's ResourceExhaustedError, as a GPU's BFC allocator raises it
@@ -67,4 +67,4 @@ def failure_from_environment():
 
 
 if __name__ == '__main__':
-    train.run(failure_from_environment())
+    train.from_command_line(failure_from_environment())

@@ -2,8 +2,8 @@
 
     TRAIN_TEST_GATE=N:PATH python tests/gated_train.py <train.py flags>
 
-runs train.py's command line with one more hook (train.run's extra_hooks): the process holds
-before its own N-th step (in --mode=eval: batch) until PATH exists. A test that kills or interrupts a run at step
+runs train.py's command line with one more hook (train.from_command_line's extra_hooks):
+the process holds before its own N-th step (in --mode=eval: batch) until PATH exists. A test that kills or interrupts a run at step
 k < N thereby knows that work is left, whatever the machine's speed; it creates PATH to let
 the run finish.
 
@@ -70,4 +70,4 @@ def hooks_from_environment():
 
 
 if __name__ == '__main__':
-    train.run(hooks_from_environment())
+    train.from_command_line(hooks_from_environment())

@@ -340,6 +340,25 @@ def options(**given):
     return flags_lib.defaults()._replace(**given)
 
 
+def model_parts(opts, data_format='channels_last'):
+    """model_fn.Parts of an Options (or Settings), --data_format resolved to data_format."""
+    from mlimages.run import model_fn
+    given = opts if isinstance(opts, flags_lib.Settings) else flags_lib.grouped(opts)
+    return model_fn.parts(given, data_format)
+
+
+def laid_out(values, data_format='channels_last'):
+    """Settings (of an Options too) with the model group's data_format resolved to
+    data_format, as estimator.for_this_process leaves it."""
+    values = values if isinstance(values, flags_lib.Settings) else flags_lib.grouped(values)
+    return values._replace(model=values.model._replace(data_format=data_format))
+
+
+def settings(**given):
+    """train.py's Settings with every flag at its default but the given (by flag name)."""
+    return flags_lib.replace(flags_lib.default_settings(), **given)
+
+
 # ------------------------------------------------------------- a split of labels and scores
 
 NO_POSITIVE = (0, 1, 2)  # classes given no positive in make_split

@@ -14,6 +14,7 @@ import threading
 import pytest
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import flag_checks
 from mlimages.distributed import cluster_flags, devices
 import flags as flags_lib
 from mlimages.errors import UsageError
@@ -26,8 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEP = re.compile(r'step \d+: ')
 
 
-def opts(**given):
-    return flags_lib.defaults()._replace(**given)
+def settings(**given):
+    return flags_lib.replace(flags_lib.default_settings(), **given)
 
 
 def test_host_flags_make_the_launchers_tf_config():
@@ -54,10 +55,10 @@ def test_host_flags_make_the_launchers_tf_config():
     (dict(slurm_port_base=0), '--slurm_port_base must be'),
 ])
 def test_bad_cluster_flags_are_one_line(given, fragment):
-    found = flags_lib.problems(opts(**given))
+    found = flag_checks.problems(settings(**given))
     assert len(found) == 1 and fragment in found[0], found
-    assert flags_lib.problems(opts(worker_num=2, worker_id=1, worker_hosts='a:1,[::1]:2',
-                                   ps_hosts='c:3')) == []
+    assert flag_checks.problems(settings(worker_num=2, worker_id=1,
+                                         worker_hosts='a:1,[::1]:2', ps_hosts='c:3')) == []
 
 
 SLURM = {'SLURM_JOB_ID': '7', 'SLURM_PROCID': '3', 'SLURM_LOCALID': '1',
@@ -100,27 +101,27 @@ def test_precedence_tf_config_then_slurm_then_host_flags():
     tf_config = launcher.tf_config({'chief': ['h:1'], 'worker': ['h:2', 'h:3', 'h:4']},
                                    'chief', 0)
     environ = {'TF_CONFIG': tf_config}
-    assert cluster_flags.setup(opts(), environ)[0] == 'TF_CONFIG'
+    assert cluster_flags.setup(settings().cluster, 1, environ)[0] == 'TF_CONFIG'
     environ = dict(SLURM, TF_CONFIG=tf_config)   # the same 4 tasks: TF_CONFIG's
-    assert cluster_flags.setup(opts(), environ)[0] == 'TF_CONFIG'
+    assert cluster_flags.setup(settings().cluster, 1, environ)[0] == 'TF_CONFIG'
     assert environ['TF_CONFIG'] == tf_config
     with pytest.raises(UsageError, match='TF_CONFIG is set and so is --worker_hosts'):
-        cluster_flags.setup(opts(**hosts), {'TF_CONFIG': tf_config})
+        cluster_flags.setup(settings(**hosts).cluster, 1, {'TF_CONFIG': tf_config})
     with pytest.raises(UsageError, match='TF_CONFIG describes 4 tasks but this Slurm step '
                                          'has 2'):
-        cluster_flags.setup(opts(), dict(SLURM, SLURM_STEP_NUM_TASKS='2', TF_CONFIG=tf_config))
+        cluster_flags.setup(settings().cluster, 1, dict(SLURM, SLURM_STEP_NUM_TASKS='2', TF_CONFIG=tf_config))
     with pytest.raises(UsageError, match='Slurm step of 4 tasks and --ps_id is given'):
-        cluster_flags.setup(opts(ps_id=0), dict(SLURM))
+        cluster_flags.setup(settings(ps_id=0).cluster, 1, dict(SLURM))
     environ = dict(SLURM)
-    assert cluster_flags.setup(opts(), environ)[0] == 'Slurm'
+    assert cluster_flags.setup(settings().cluster, 1, environ)[0] == 'Slurm'
     assert json.loads(environ['TF_CONFIG'])['task'] == {'type': 'worker', 'index': 2}
     assert environ['CUDA_VISIBLE_DEVICES'] == '1'
     environ = dict(SLURM, SLURM_STEP_NUM_TASKS='1', SLURM_STEP_TASKS_PER_NODE='1')
-    assert cluster_flags.setup(opts(**hosts), environ)[0] == 'flags'   # a 1-task step
+    assert cluster_flags.setup(settings(**hosts).cluster, 1, environ)[0] == 'flags'   # a 1-task step
     assert json.loads(environ['TF_CONFIG'])['task'] == {'type': 'worker', 'index': 0}
-    source, line = cluster_flags.setup(opts(worker_num=3, worker_id=2), {})
+    source, line = cluster_flags.setup(settings(worker_num=3, worker_id=2).cluster, 1, {})
     assert source == 'independent' and line.startswith('independent run 2 of 3')
-    assert cluster_flags.setup(opts(), {}) == (None, None)
+    assert cluster_flags.setup(settings().cluster, 1, {}) == (None, None)
 
 
 @pytest.fixture(scope='module')

@@ -11,7 +11,6 @@ from mlimages.config import gpu_env
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
 from mlimages.model import precision
-from mlimages.run import training
 
 
 @pytest.mark.parametrize('visiable_gpu,num_gpus,environ,want', [
@@ -114,7 +113,8 @@ def test_collective_worker_replicates_over_exactly_num_gpus(monkeypatch, num_gpu
         assert strategy.num_replicas_in_sync == 2 * len(want)
 
 
-from helpers import options
+from helpers import laid_out, model_parts, settings
+from mlimages.run import estimator as estimator_lib
 
 
 @pytest.mark.parametrize('given', [
@@ -122,8 +122,8 @@ from helpers import options
     {'num_gpus': 4, 'visiable_gpu': 2},
 ])
 def test_every_session_of_training_and_evaluation_soft_places(given, tmp_path):
-    opts = options(model_dir=str(tmp_path), **given)
-    estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last'))
+    run = laid_out(settings(model_dir=str(tmp_path), **given))
+    estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run))
     config = estimator.config.session_config
     assert config.allow_soft_placement and config.gpu_options.allow_growth
     assert not config.gpu_options.visible_device_list  # devices.choose decides, once
@@ -142,8 +142,8 @@ def test_every_session_of_training_and_evaluation_soft_places(given, tmp_path):
 ])
 def test_fp16_rewrite_runs_on_a_cpu_only_when_asked(dtype, environ, emulated):
     """precision.fp16_on_cpu reads the environment; session_config takes its answer."""
-    config = training.session_config(options(dtype=dtype), (),
-                                     precision.fp16_on_cpu(environ))
+    config = estimator_lib.session_config(settings().devices, dtype, (),
+                                          precision.fp16_on_cpu(environ))
     assert (config.graph_options.rewrite_options.auto_mixed_precision_cpu == 1) == emulated
 
 
@@ -182,10 +182,10 @@ def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
     with tf.Graph().as_default() as graph:
         images = tf.zeros([2, 32, 32, 3], tf.uint8)
         labels = tf.zeros([2, 5])
-        opts = options(model_dir=str(tmp_path), class_num=5, resnet_size=18, image_size=32)
-        run = training.model_run(opts, 'channels_last')._replace(images_per_step=2)
-        model_fn.make_model_fn(opts, run)({'image': images}, labels,
-                                          tf.estimator.ModeKeys.TRAIN)
+        opts = settings(model_dir=str(tmp_path), class_num=5, resnet_size=18, image_size=32)
+        derived = estimator_lib.derived_values(laid_out(opts))._replace(images_per_step=2)
+        model_fn.make_model_fn(model_parts(opts), derived)({'image': images}, labels,
+                                                       tf.estimator.ModeKeys.TRAIN)
         kept_out = {op.type for op in graph.get_operations()
                     if '_XlaCompile' in op.node_def.attr and not op.get_attr('_XlaCompile')}
         # The colour jitter and the batch's partition of the device augmentation.
@@ -211,7 +211,9 @@ def test_collective_workers_may_have_several_gpus_ps_workers_one():
 def map_parallelism(opts, files):
     """num_parallel_calls of the training input_fn's parallel maps (-1 = AUTOTUNE)."""
     with tf.Graph().as_default() as graph:
-        training.training_input_fn(opts, files)()
+        run = laid_out(opts)
+        estimator_lib.training_input_fn(run.data, run.model, files,
+                                        estimator_lib.crop_seed(run.training))()
         values = []
         for op in graph.get_operations():
             if op.type.startswith('ParallelMapDataset'):
@@ -224,10 +226,10 @@ def map_parallelism(opts, files):
 def test_decode_pool_defaults_to_autotune_and_a_flag_pins_it(shards):
     """--num_preprocess_threads: default 0 = AUTOTUNE (tf.data sizes the pool to the host)
     in every parallel map of the training pipeline; N pins it; the log line says which."""
-    opts = options(class_num=7, image_size=32, batch_size=2)
-    assert opts.num_preprocess_threads == 0
-    assert set(map_parallelism(opts, shards)) == {-1}
-    assert set(map_parallelism(opts._replace(num_preprocess_threads=3), shards)) >= {3}
+    given = dict(class_num=7, image_size=32, batch_size=2)
+    assert settings(**given).data.num_preprocess_threads == 0
+    assert set(map_parallelism(settings(**given), shards)) == {-1}
+    assert set(map_parallelism(settings(num_preprocess_threads=3, **given), shards)) >= {3}
     assert devices.describe_decode_threads(0, cores=64) == (
         'parallel decodes AUTOTUNE (tf.data sizes them to the host, up to its 64 cores; '
         '--num_preprocess_threads=N pins them)')

@@ -15,7 +15,7 @@ from mlimages.distributed import distribute
 import file_db
 from mlimages.data import input_pipeline
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import ENV, LOGICAL_CPUS, ROOT, options, run_train, scalar_tags
+from helpers import ENV, LOGICAL_CPUS, ROOT, run_train, scalar_tags, settings
 
 
 def config(cluster, task_type, index):
@@ -146,9 +146,10 @@ def test_fewer_files_than_workers_split_by_record(tmp_path):
     for worker in range(3):
         share, record_shard = file_db.data_share(files, 3, worker)
         with tf.Graph().as_default():
-            opts = options(batch_size=1, class_num=12, image_size=8, shuffle_buffer=4,
-                           num_preprocess_threads=1)
-            dataset = input_pipeline.input_fn(opts, True, share, 'device', record_shard)
+            given = settings(batch_size=1, class_num=12, image_size=8, shuffle_buffer=4,
+                             num_preprocess_threads=1, augment_on='device')
+            dataset = input_pipeline.input_fn(given.data, given.model, True, share,
+                                              record_shard=record_shard)
             labels = tf.data.make_one_shot_iterator(dataset).get_next()[1]
             with tf.Session() as sess:
                 # 10 records: workers 0 gets 4, the others 3 a pass; one pass each
@@ -279,7 +280,7 @@ import os
 import numpy as np
 import flags as flags_lib
 import train
-from mlimages.run import training
+from mlimages.run import estimator as estimator_lib
 
 out_dir = sys.argv[1]
 B, S, C, STEPS = 2, 64, 5, 3
@@ -306,9 +307,9 @@ for replicas in (1, 2):
             shutil.copy(path, F.model_dir)
         tf.train.update_checkpoint_state(F.model_dir, F.model_dir + '/model.ckpt-0')
     plan = distribute.plan('none', replicas, 1, 0, F.batch_size, replicas, {})
-    opts = flags_lib.options(F)
-    estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan),
-                                        plan)
+    run = flags_lib.settings(F)
+    run = run._replace(model=run.model._replace(data_format='channels_last'))
+    estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
     estimator._session_config.device_count['CPU'] = 2
     estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
                     max_steps=STEPS)
@@ -339,7 +340,7 @@ def first_updates(one, two, names):
 
 @pytest.mark.slow
 def test_estimator_one_device_vs_two_replicas(tmp_path):
-    """training.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
+    """estimator.make_estimator with --num_gpus=2 (MirroredStrategy on two logical CPUs) vs
     one device: two replicas that each get the single device's batch compute exactly what
     it computes, and averaging their equal gradients is exact, so every step agrees --
     cross_entropy, counters, every variable and momentum slot -- to float rounding (bit
@@ -405,7 +406,7 @@ def test_fine_tuning_one_device_vs_two_replicas(tmp_path):
 SYNTHETIC_CHILD = LOGICAL_CPUS + '''
 import flags as flags_lib
 import train
-from mlimages.run import training
+from mlimages.run import estimator as estimator_lib
 
 F = flags_lib.FLAGS
 F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.01',
@@ -413,8 +414,9 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.0
    '--visiable_gpu=-1', '--use_synthetic_data', '--batch_size=2', '--num_gpus=2',
    '--model_dir=' + sys.argv[1]])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
-opts = flags_lib.options(F)
-estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
+run = flags_lib.settings(F)
+run = run._replace(model=run.model._replace(data_format='channels_last'))
+estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
 estimator._session_config.device_count['CPU'] = 2
 sys.path.insert(0, 'tests')
 from helpers import RunCounter
@@ -422,7 +424,8 @@ from mlimages.run import hooks
 from tensorflow.python.client import session as session_lib
 counter, tracker = RunCounter(), hooks.StepTracker()
 session_lib.BaseSession.run = counter.wrap(session_lib.BaseSession.run)
-estimator.train(training.training_input_fn(opts, []), max_steps=3, hooks=[counter, tracker])
+estimator.train(estimator_lib.training_input_fn(run.data, run.model, []), max_steps=3,
+                hooks=[counter, tracker])
 print(counter.per_step(), tracker.last_step)
 print(estimator.get_variable_value('global_step'),
       int(estimator.get_variable_value('pos_count').sum()))
@@ -471,7 +474,8 @@ ALL_REDUCE_CHILD = LOGICAL_CPUS + '''
 import json
 import os
 from mlimages.run import model_fn
-from test_model_fn import run_options
+from helpers import model_parts
+from test_model_fn import run_settings
 strategy_kind, alg, dtype, worker = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if strategy_kind == 'collective':   # worker `worker` of two (nothing is started: graph only)
     os.environ['TF_CONFIG'] = json.dumps({'cluster': {'worker': ['127.0.0.1:1', '127.0.0.1:2']},
@@ -479,14 +483,14 @@ if strategy_kind == 'collective':   # worker `worker` of two (nothing is started
     strategy = distribute.train_distribute('collective', 1, gpu_count=0, all_reduce_alg=alg)
 else:
     strategy = distribute.train_distribute('none', 2, all_reduce_alg=alg)
-opts = run_options(18, dtype)._replace(class_num=7)
-run = model_fn.Run(data_format='channels_last', images_per_step=2)
+opts = run_settings(18, dtype, class_num=7)
+derived = model_fn.Derived(images_per_step=2)
 with tf.Graph().as_default() as graph, strategy.scope():
     def step():
         images = tf.random.uniform([2, 32, 32, 3], -1, 1)
         labels = tf.cast(tf.random.uniform([2, 7]) < 0.5, tf.float32)
-        return model_fn.make_model_fn(opts, run)(images, labels,
-                                                 tf.estimator.ModeKeys.TRAIN).train_op
+        return model_fn.make_model_fn(model_parts(opts), derived)(
+            images, labels, tf.estimator.ModeKeys.TRAIN).train_op
     strategy.extended.call_for_each_replica(step)
     trained = sum(v.shape.num_elements() for v in tf.trainable_variables())
     ops = [op for op in graph.get_operations()

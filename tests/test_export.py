@@ -277,7 +277,7 @@ def scores_of_eval(data, model_dir, checkpoint):
     own input_fn (one batch, as the evaluation ran it)."""
     opts = eval_options(data, model_dir)
     files = training.evaluation_files(opts)
-    estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last'))
+    estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts))
     scores = np.stack([row['scores'] for row in estimator.predict(
         training.eval_input_fn(opts, files), checkpoint_path=checkpoint)])
     with tf.Graph().as_default(), tf.Session() as session:

@@ -10,7 +10,14 @@ from mlimages.distributed import distribute
 from mlimages.run import failures
 from mlimages.run import preemption
 import failing_train
-from helpers import options
+from helpers import settings
+
+
+def failure(error, step, memory_note=None, **given):
+    """failures.describe_failure for train.py's settings with the given flags."""
+    run = settings(**given)
+    return failures.describe_failure(error, step, run.output.model_dir, run.data, run.devices,
+                                     run.model, memory_note)
 
 # The messages train.py's session gave for a corrupt JPEG record (TensorFlow 2.15.1, the
 # records of test_train_reliability's corrupt_dataset): on one device, and with two replicas.
@@ -43,12 +50,12 @@ BAD_RECORD_TWO_REPLICAS = (
      'find it with tools/check_tfrecords.py'),
 ])
 def test_each_failure_gets_its_own_message(error, start, tmp_path):
-    text = failures.describe_failure(error, options(model_dir=str(tmp_path)), 4)
+    text = failure(error, 4, model_dir=str(tmp_path))
     assert text.startswith(start), text
 
 
 def test_a_session_that_only_restarts_gets_its_own_message(tmp_path):
-    text = failures.describe_restart_loop(6, options(model_dir=str(tmp_path)), 3)
+    text = failures.describe_restart_loop(6, str(tmp_path), 3)
     assert text == ('the session failed 6 times in a row at step 3 without completing a '
                     'step, each time with an AbortedError or UnavailableError (logged above '
                     'as "An error was raised"): not a passing preemption; no checkpoint was '
@@ -56,12 +63,12 @@ def test_a_session_that_only_restarts_gets_its_own_message(tmp_path):
 
 
 def test_a_placement_error_is_named_as_one_not_as_a_bad_record(tmp_path):
-    opts = options(model_dir=str(tmp_path), num_gpus=2, visiable_gpu=0)
+    given = dict(model_dir=str(tmp_path), num_gpus=2, visiable_gpu=0)
     error = tf.errors.InvalidArgumentError(
         None, None, "Cannot assign a device for operation images: Could not satisfy "
         "explicit device specification '/device:GPU:0' because no supported kernel for "
         "GPU devices is available.")
-    text = failures.describe_failure(error, opts, 1)
+    text = failure(error, 1, **given)
     assert text.startswith('an op could not be placed on the devices') and \
         'bad record' not in text and '--num_gpus=2' in text, text
 
@@ -147,7 +154,7 @@ E = tf.errors
      'with 4 values, but the requested shape has 3, node Reshape): not a bad record'),
 ])
 def test_each_gpu_failure_is_named_with_what_to_do(error, start, tmp_path):
-    text = failures.describe_failure(error, options(model_dir=str(tmp_path)), 4)
+    text = failure(error, 4, model_dir=str(tmp_path))
     assert text.startswith(start), text
     assert text.endswith('no checkpoint was written') and 'skip_bad_records' not in text, text
 
@@ -157,27 +164,27 @@ def test_an_op_without_a_gpu_kernel_names_the_dtype_to_use(tmp_path):
         None, None, "No registered 'Conv2D' OpKernel for 'GPU' devices compatible with node "
         "{{node resnet/conv2d/Conv2D}}\n\t (OpKernel was found, but attributes didn't match) "
         "Requested Attributes: T=DT_BFLOAT16")
-    text = failures.describe_failure(error, options(model_dir=str(tmp_path), dtype='bf16'), 4)
+    text = failure(error, 4, model_dir=str(tmp_path), dtype='bf16')
     assert text.startswith("an op has no GPU kernel for its type at step 4 (No registered "
                            "'Conv2D' OpKernel for 'GPU' devices compatible with node {{node "
                            "resnet/conv2d/Conv2D}}): rerun with --dtype=fp32 (now bf16)"), text
 
 
 def test_out_of_memory_names_the_batch_size_and_the_estimate(tmp_path):
-    opts = options(model_dir=str(tmp_path), batch_size=512)
+    given = dict(model_dir=str(tmp_path), batch_size=512)
     error = tf.errors.ResourceExhaustedError(None, None, OOM)
     start = ('out of memory on GPU:0 at step 4 (OOM when allocating tensor with '
              'shape[512,64,112,112] and type float): lower --batch_size (512 images a replica '
              'now)')
-    assert failures.describe_failure(error, opts, 4) == start + '; no checkpoint was written'
-    assert failures.describe_failure(error, opts, 4, memory_note=MEMORY_NOTE) == (
+    assert failure(error, 4, **given) == start + '; no checkpoint was written'
+    assert failure(error, 4, memory_note=MEMORY_NOTE, **given) == (
         start + '; ' + MEMORY_NOTE + '; no checkpoint was written')
 
 
 def test_a_resource_exhausted_that_is_not_memory_gets_no_batch_hint(tmp_path):
     error = tf.errors.ResourceExhaustedError(
         None, None, 'Received message larger than max (5000000 vs. 4194304)')
-    text = failures.describe_failure(error, options(model_dir=str(tmp_path)), 4)
+    text = failure(error, 4, model_dir=str(tmp_path))
     assert text == ('Received message larger than max (5000000 vs. 4194304) at step 4; no '
                     'checkpoint was written'), text
 
@@ -193,7 +200,7 @@ def test_the_xla_toolchain_line_names_the_cuda_nvcc_wheels_directory(tmp_path, m
     for name in ('nvidia', 'nvidia.cuda_nvcc'):
         monkeypatch.delitem(sys.modules, name, raising=False)
     error = tf.errors.InternalError(None, None, 'libdevice not found at ./libdevice.10.bc')
-    text = failures.describe_failure(error, options(model_dir=str(tmp_path)), None)
+    text = failure(error, None, model_dir=str(tmp_path))
     assert ('XLA_FLAGS=--xla_gpu_cuda_data_dir=%s ' % nvcc) in text, text
     assert text.startswith('XLA could not use the CUDA tools ptxas or libdevice (libdevice') and \
         'rerun without --xla' in text, text
@@ -226,7 +233,7 @@ def real_error(kind):
                  marks=pytest.mark.matrix),
 ])
 def test_real_tensorflow_errors_are_told_apart(kind, start, tmp_path):
-    text = failures.describe_failure(real_error(kind), options(model_dir=str(tmp_path)), 2)
+    text = failure(real_error(kind), 2, model_dir=str(tmp_path))
     assert text.startswith(start), text
 
 
@@ -252,7 +259,7 @@ def task_plan(task_type):
      'worker:0 (worker id 1) stopped by SIGTERM to another task of the job after global step 7'),
 ])
 def test_a_signal_names_itself_the_step_and_the_checkpoint(tmp_path, preempt, task, words):
-    error = failures.interrupted(preempt, options(model_dir=str(tmp_path)), task_plan(task), 7)
+    error = failures.interrupted(preempt, str(tmp_path), task_plan(task), 7)
     assert error.signum == (preempt.signum or preempt.elsewhere)
     assert str(error).startswith(words), str(error)
     if task == 'chief':

@@ -6,6 +6,7 @@ import pytest
 from absl import flags as absl_flags
 
 import flags as flags_lib
+from mlimages.config import flag_checks
 
 
 def parsed(*argv):
@@ -45,13 +46,13 @@ def test_options_and_given_follow_the_command_line():
 
 
 def test_the_defaults_pass_every_check():
-    assert flags_lib.problems(flags_lib.defaults()) == []
+    assert flag_checks.problems(flags_lib.default_settings()) == []
 
 
 def test_every_check_names_a_flag_and_rejects_a_bad_value():
-    assert set(flags_lib.CHECKS) <= set(flags_lib.Options._fields)
+    assert set(flag_checks.CHECKS) <= set(flags_lib.Options._fields)
     bad = {int: -5, float: float('nan'), str: 'no-such-value'}
-    for name, check in flags_lib.CHECKS.items():
+    for name, check in flag_checks.CHECKS.items():
         default = getattr(flags_lib.defaults(), name)
         assert check(name, default) is None, name
         message = check(name, bad[type(default)])
@@ -75,7 +76,7 @@ def test_every_check_names_a_flag_and_rejects_a_bad_value():
 def test_the_first_problem_is_one_usage_error_line(changes, words):
     from mlimages.errors import UsageError
     with pytest.raises(UsageError) as raised:
-        flags_lib.validate(flags_lib.defaults()._replace(**changes))
+        flag_checks.validate(flags_lib.replace(flags_lib.default_settings(), **changes))
     assert words in str(raised.value) and '\n' not in str(raised.value)
 
 

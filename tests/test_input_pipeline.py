@@ -7,7 +7,7 @@ import tensorflow.compat.v1 as tf
 import image_preprocess as ip
 from mlimages.data import input_pipeline
 from mlimages.data import records
-from helpers import encode_pixels as encode, options, smooth_pixels
+from helpers import encode_pixels as encode, settings, smooth_pixels
 
 tf.disable_v2_behavior()
 
@@ -17,9 +17,9 @@ CLASSES = 7
 @pytest.mark.parametrize('augment_on', ['cpu', 'device'])
 def test_training_input_fn_in_both_modes(shards, augment_on):
     with tf.Graph().as_default():
-        opts = options(batch_size=4, class_num=CLASSES, image_size=24, shuffle_buffer=8,
-                       private_threads=2)
-        dataset = input_pipeline.input_fn(opts, True, shards, augment_on)
+        given = settings(batch_size=4, class_num=CLASSES, image_size=24, shuffle_buffer=8,
+                         private_threads=2, augment_on=augment_on)
+        dataset = input_pipeline.input_fn(given.data, given.model, True, shards)
         images, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         assert images.shape.as_list() == [4, 24, 24, 3]
         assert images.dtype == (tf.uint8 if augment_on == 'device' else tf.float32)
@@ -32,7 +32,7 @@ def test_training_input_fn_in_both_modes(shards, augment_on):
 
 
 def test_cpu_pipeline_augments_every_training_batch(tmp_path):
-    """input_fn(augment_on='cpu') augments every training image in the pipeline: with a
+    """input_fn with augment_on='cpu' augments every training image in the pipeline: with a
     crop that must be the whole image, an image comes out as it is (no flip, thread_id 2),
     flipped only, or otherwise changed (rotation, colour) -- all three within 64 draws."""
     pixels = smooth_pixels(32, 32, seed=3)
@@ -41,9 +41,9 @@ def test_cpu_pipeline_augments_every_training_batch(tmp_path):
         writer.write(records.make_example(encode(pixels, 'PNG'), np.eye(CLASSES)[1],
                                                  32, 32, 'one.png').SerializeToString())
     with tf.Graph().as_default():
-        opts = options(batch_size=8, class_num=CLASSES, image_size=32, shuffle_buffer=1,
-                       object_cover=1.0, area_cover=1.0)
-        dataset = input_pipeline.input_fn(opts, True, [path], 'cpu')
+        given = settings(batch_size=8, class_num=CLASSES, image_size=32, shuffle_buffer=1,
+                         object_cover=1.0, area_cover=1.0, augment_on='cpu')
+        dataset = input_pipeline.input_fn(given.data, given.model, True, [path])
         images, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         assert images.dtype == tf.float32 and images.shape.as_list() == [8, 32, 32, 3]
         with tf.Session() as sess:
@@ -66,9 +66,9 @@ def test_skip_bad_records_in_device_mode(shards, tmp_path):
         writer.write(records.make_example(b'\xff\xd8\xff\xe0 no jpeg', np.ones(CLASSES),
                                                  1, 1, 'bad').SerializeToString())
     with tf.Graph().as_default():
-        opts = options(batch_size=4, class_num=CLASSES, image_size=24, shuffle_buffer=16,
-                       skip_bad_records=True)
-        dataset = input_pipeline.input_fn(opts, True, shards + [bad], 'device')
+        given = settings(batch_size=4, class_num=CLASSES, image_size=24, shuffle_buffer=16,
+                         skip_bad_records=True, augment_on='device')
+        dataset = input_pipeline.input_fn(given.data, given.model, True, shards + [bad])
         features, _ = tf.data.make_one_shot_iterator(dataset).get_next()
         assert features['image'].dtype == tf.uint8
         with tf.Session() as sess:
@@ -78,8 +78,9 @@ def test_skip_bad_records_in_device_mode(shards, tmp_path):
 
 def test_synthetic_data_reads_no_file_and_the_model_draws_a_new_batch_each_step():
     with tf.Graph().as_default():
-        opts = options(batch_size=3, class_num=CLASSES, image_size=16, use_synthetic_data=True)
-        dataset = input_pipeline.input_fn(opts, True, [], 'device')
+        given = settings(batch_size=3, class_num=CLASSES, image_size=16,
+                         use_synthetic_data=True, augment_on='device')
+        dataset = input_pipeline.input_fn(given.data, given.model, True, [])
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         # only the shape crosses from the pipeline: no pixel, no label
         assert features[input_pipeline.SYNTHETIC].shape.as_list() == [3, 16, 16, 0]

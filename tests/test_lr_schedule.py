@@ -6,16 +6,17 @@ import tensorflow.compat.v1 as tf
 
 from mlimages.model import lr_schedule
 import references
-from helpers import options
+from helpers import settings
 
 tf.disable_v2_behavior()
 
 
 def rates(steps, schedule='piecewise', **kwargs):
-    """The schedule of train.py's options (flags.defaults) with the given flags."""
+    """The schedule of train.py's settings (the defaults) with the given flags."""
     with tf.Graph().as_default():
         step = tf.placeholder(tf.int64, [])
-        lr = lr_schedule.learning_rate_of(options(lr_schedule=schedule, **kwargs), step)
+        lr = lr_schedule.learning_rate_of(
+            settings(lr_schedule=schedule, **kwargs).schedule, step)
         with tf.Session() as sess:
             return [float(sess.run(lr, {step: s})) for s in steps]
 

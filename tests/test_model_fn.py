@@ -8,18 +8,19 @@ import tensorflow.compat.v1 as tf
 from mlimages.data import input_pipeline
 from mlimages.run import model_fn
 from mlimages.model import precision
-from helpers import options
+from helpers import model_parts, settings
 
 tf.disable_v2_behavior()
 
 CLASSES = 7
 
 
-def run_options(resnet_size, dtype):
+def run_settings(resnet_size, dtype, **given):
     """train.py's defaults but the model of this test (a short run's batch-norm decay)."""
-    return options(resnet_size=resnet_size, class_num=CLASSES, image_size=32, batch_size=2,
-                   batch_norm_decay=0.9, random_seed=1, lr=0.01, shuffle_buffer=8,
-                   log_interval=1, dtype=dtype)
+    return settings(**dict(dict(
+        resnet_size=resnet_size, class_num=CLASSES, image_size=32, batch_size=2,
+        batch_norm_decay=0.9, random_seed=1, lr=0.01, shuffle_buffer=8, log_interval=1,
+        dtype=dtype), **given))
 
 
 @pytest.mark.parametrize('resnet_size,dtype,augment_on', [
@@ -38,11 +39,13 @@ def test_dtype_graphs_build_and_train_two_steps_on_cpu(shards, resnet_size, dtyp
 
 def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
     with tf.Graph().as_default():
-        opts = run_options(resnet_size, dtype)
-        dataset = input_pipeline.input_fn(opts, True, shards, augment_on)
+        given = run_settings(resnet_size, dtype)
+        dataset = input_pipeline.input_fn(given.data._replace(augment_on=augment_on),
+                                          given.model, True, shards)
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
-        run = model_fn.Run(data_format='channels_last', images_per_step=2)
-        spec = model_fn.make_model_fn(opts, run)(features, labels, tf.estimator.ModeKeys.TRAIN)
+        derived = model_fn.Derived(images_per_step=2)
+        spec = model_fn.make_model_fn(model_parts(given), derived)(features, labels,
+                                                                 tf.estimator.ModeKeys.TRAIN)
         variables = tf.global_variables()
         assert all(v.dtype.base_dtype in (tf.float32, tf.int64) for v in variables)
         names = {v.op.name for v in variables}
@@ -83,7 +86,7 @@ def check_gates_the_apply_only(sess, train_op, step):
 
 
 def test_training_graph_grows_linearly_with_replicas():
-    """tools/graph_size.py's real training graph (training.make_estimator, MirroredStrategy
+    """tools/graph_size.py's real training graph (estimator.make_estimator, MirroredStrategy
     over 1, 2 and 4 logical CPUs): at most 1.2 x linear in bytes, and the control inputs
     linear, the gradient ops' and all of them -- each replica's gradients wait on no
     finite check (the apply does, through the learning rate) and on no batch-norm update (waiting on the whole UPDATE_OPS collection,

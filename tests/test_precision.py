@@ -15,6 +15,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cluster_job
+from mlimages.config import choices
 from mlimages.model import precision
 from helpers import (ENV, LOGICAL_CPUS, run_train, scalar_tags, small_run_flags, train_model,
                      write_dataset)
@@ -104,7 +105,7 @@ MAX_SKIPPED = 10
 MIRRORED_CHILD = LOGICAL_CPUS + '''
 import flags as flags_lib
 import train
-from mlimages.run import training
+from mlimages.run import estimator as estimator_lib, training
 model_dir, data_dir, max_iter = sys.argv[1], sys.argv[2], int(sys.argv[3])
 F = flags_lib.FLAGS
 F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--batch_size=2',
@@ -112,11 +113,12 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--batch_
    '--data_format=NHWC', '--visiable_gpu=-1', '--num_gpus=2', '--shuffle_buffer=8',
    '--data_dir=' + data_dir, '--model_dir=' + model_dir] + sys.argv[4:])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
-opts = flags_lib.options(F)
-estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
+run = flags_lib.settings(F)
+run = run._replace(model=run.model._replace(data_format='channels_last'))
+estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
 estimator._session_config.device_count['CPU'] = 2
-files, _ = training.training_files(opts, plan)
-estimator.train(training.training_input_fn(opts, files), max_steps=max_iter)
+files, _ = training.training_files(run.data, run.model.class_num, plan)
+estimator.train(estimator_lib.training_input_fn(run.data, run.model, files), max_steps=max_iter)
 '''
 
 
@@ -170,7 +172,7 @@ def matrix_cells():
     clusters GPU ops and leaves the CPU's alone (tools/gpu_smoke.sh's to confirm)."""
     return [pytest.param(d, s, x, marks=pytest.mark.matrix,
                          id='%s-%s%s' % (d, s, '-xla' if x else ''))
-            for d in precision.DTYPES for s in ('one', 'mirrored', 'collective', 'ps')
+            for d in choices.DTYPES for s in ('one', 'mirrored', 'collective', 'ps')
             for x in (False, True) if not (x and s in ('collective', 'ps'))]
 
 

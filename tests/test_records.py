@@ -4,7 +4,7 @@ import tensorflow.compat.v1 as tf
 
 from mlimages.data import input_pipeline
 from mlimages.data import records as records_lib
-from helpers import encode_pixels as encode, options, smooth_pixels
+from helpers import encode_pixels as encode, settings, smooth_pixels
 
 tf.disable_v2_behavior()
 
@@ -30,7 +30,7 @@ def sparse_and_dense_records(label):
 def parse_labels(records, class_num=CLASSES):
     with tf.Graph().as_default():
         value = tf.placeholder(tf.string, [])
-        crop = options()  # an evaluation crop: the training crop's settings are not used
+        crop = settings().data  # an evaluation crop: the training crop's settings are not used
         _, label = input_pipeline.parse_record(value, False, 16, class_num, crop.object_cover,
                                             crop.area_cover, 'multi', 'cpu')
         with tf.Session() as sess:

@@ -137,7 +137,7 @@ def backprop_input_ops(cpu_input_grad):
 
 
 def test_the_cpu_input_gradient_only_when_asked():
-    """Without a GPU the caller asks (training.model_run: no GPU visible): only the 9
+    """Without a GPU the caller asks (training.derived_values: no GPU visible): only the 9
     strided convolutions of ResNet-18's 21 (the stem, and each stage's first 3x3 and
     projection) keep TensorFlow's input gradient; otherwise every one does."""
     assert len(backprop_input_ops(False)) == 21
@@ -262,17 +262,18 @@ def test_a_partitioned_head_checkpoint_restores_whole_under_the_original_names(t
     checkpoint holds logits/dense/kernel, its bias and slots whole under their own names,
     and a single-device model (one slice) restores them equal."""
     from mlimages.run import model_fn
-    from test_model_fn import run_options
-    opts = run_options(18, 'fp32')._replace(class_num=10)
+    from helpers import model_parts
+    from test_model_fn import run_settings
+    opts = run_settings(18, 'fp32', class_num=10)
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
     labels = (rng.random((2, 10)) < 0.5).astype(np.float32)
     path = str(tmp_path / 'model.ckpt')
     with tf.Graph().as_default():
         tf.set_random_seed(1)
-        run = model_fn.Run(data_format='channels_last', images_per_step=2, head_shards=3)
-        spec = model_fn.make_model_fn(opts, run)(tf.constant(images), tf.constant(labels),
-                                                 tf.estimator.ModeKeys.TRAIN)
+        derived = model_fn.Derived(images_per_step=2, head_shards=3)
+        spec = model_fn.make_model_fn(model_parts(opts), derived)(
+            tf.constant(images), tf.constant(labels), tf.estimator.ModeKeys.TRAIN)
         parts = [v.op.name for v in tf.global_variables() if 'logits' in v.op.name]
         assert 'logits/dense/kernel/part_2' in parts and 'logits/dense/bias/part_2' in parts
         with tf.Session() as session:
@@ -288,9 +289,9 @@ def test_a_partitioned_head_checkpoint_restores_whole_under_the_original_names(t
     assert shapes['logits/dense/bias'] == [10]
     assert not any('part_' in name for name in shapes)
     with tf.Graph().as_default():
-        run = model_fn.Run(data_format='channels_last', images_per_step=2)
-        spec = model_fn.make_model_fn(opts, run)(tf.constant(images), tf.constant(labels),
-                                                 tf.estimator.ModeKeys.TRAIN)
+        derived = model_fn.Derived(images_per_step=2)
+        spec = model_fn.make_model_fn(model_parts(opts), derived)(
+            tf.constant(images), tf.constant(labels), tf.estimator.ModeKeys.TRAIN)
         with tf.Session() as session:
             tf.train.Saver().restore(session, path)
             kernel = [v for v in tf.global_variables() if v.op.name == 'logits/dense/kernel']

@@ -13,7 +13,7 @@ from PIL import Image
 
 import flags as flags_lib
 import references
-from helpers import ROOT, run_main
+from helpers import ROOT, model_parts, run_main
 from mlimages.model import memory
 from mlimages.run import model_fn, run_plan
 from tools import plan_run
@@ -85,7 +85,7 @@ def test_the_curve_is_the_numpy_learning_rate(monkeypatch):
     values.append_flag_values(flags_lib.FLAGS)
     values.unparse_flags()
     values(['plan', '--flagfile=docs/recipes/mlimages-resnet101-4x8.flags'])
-    opts = flags_lib.options(values)
+    opts = flags_lib.settings(values).schedule
     steps = run_plan.curve_steps(opts, points=60)
     want = [references.learning_rate(s, opts.lr, opts.lr_decay_step, opts.lr_decay_factor,
                                      opts.warmup, opts.lr_warmup, opts.lr_warmup_decay_step,
@@ -105,18 +105,18 @@ def test_the_checkpoint_size_is_the_saved_training_graphs(extra, tmp_path):
     values.append_flag_values(flags_lib.FLAGS)
     values.unparse_flags()
     values(['plan', '--resnet_size=18', '--class_num=5', '--image_size=32'] + extra)
-    opts = flags_lib.options(values)
+    opts = flags_lib.settings(values)
     with tf.Graph().as_default():
         features = tf.zeros([2, 32, 32, 3])
-        labels = tf.zeros([2, 5]) if opts.label_type == 'multi' else tf.one_hot([0, 1], 5)
-        run = model_fn.Run(data_format='channels_last', images_per_step=2,
-                           images_per_global_step=2, max_steps=1)
-        model_fn.make_model_fn(opts, run)(features, labels, tf.estimator.ModeKeys.TRAIN)
+        labels = tf.zeros([2, 5]) if opts.data.label_type == 'multi' else tf.one_hot([0, 1], 5)
+        derived = model_fn.Derived(images_per_step=2, images_per_global_step=2, max_steps=1)
+        model_fn.make_model_fn(model_parts(opts), derived)(features, labels,
+                                                          tf.estimator.ModeKeys.TRAIN)
         with tf.Session() as session:
             session.run(tf.global_variables_initializer())
             prefix = tf.train.Saver().save(session, str(tmp_path / 'model.ckpt'),
                                            write_meta_graph=False)
-    assert os.path.getsize(prefix + '.data-00000-of-00001') == run_plan.checkpoint_bytes(opts)
+    assert os.path.getsize(prefix + '.data-00000-of-00001') == run_plan.run_checkpoint_bytes(opts)
 
 
 def test_bad_usage_is_one_line(capsys, tmp_path):
@@ -131,13 +131,13 @@ def test_bad_usage_is_one_line(capsys, tmp_path):
 
 
 def parsed(*args):
-    """train.py's Options of `args`, as plan_run parses them."""
+    """train.py's Settings of `args`, as plan_run parses them."""
     from absl import flags as absl_flags
     values = absl_flags.FlagValues()
     values.append_flag_values(flags_lib.FLAGS)
     values.unparse_flags()
     values(['plan'] + list(args))
-    return flags_lib.options(values)
+    return flags_lib.settings(values)
 
 
 def test_the_start_warnings_of_the_readmes_old_first_run():
@@ -146,7 +146,7 @@ def test_the_start_warnings_of_the_readmes_old_first_run():
     1x1 recipe gives none; a task that writes no checkpoint checks no disk."""
     old = parsed('--class_num=11166', '--resnet_size=101', '--batch_size=64', '--lr=0.08',
                  '--max_iter=440000', '--snapshot=4400', '--model_dir=/m')
-    plan, _ = run_plan.job(old, {})
+    plan, _ = run_plan.job(old.cluster, old.devices.num_gpus, old.data.batch_size, {})
     assert run_plan.start_warnings(old, plan, True, 20 * run_plan.GiB) == [
         '--lr=0.08 is 64.0x above the pre-training rule for 64 images a global step: 0.00125 '
         '(0.08 x B / 4,096; more than 2x off warns; docs/hardware.md)',
@@ -155,7 +155,8 @@ def test_the_start_warnings_of_the_readmes_old_first_run():
     assert len(run_plan.start_warnings(old, plan, False, 20 * run_plan.GiB)) == 1
     recipe = parsed('--flagfile=' + os.path.join(ROOT, 'docs', 'recipes',
                                                  'mlimages-resnet101-1x1.flags'))
-    plan, _ = run_plan.job(recipe, {})
+    plan, _ = run_plan.job(recipe.cluster, recipe.devices.num_gpus, recipe.data.batch_size,
+                           {})
     assert run_plan.start_warnings(recipe, plan, True, 20 * run_plan.GiB) == []
     assert run_plan.start_warnings(recipe, plan, True, None) == []
 

@@ -10,6 +10,7 @@ import tensorflow.compat.v1 as tf
 
 import flags as flags_lib
 import train
+from mlimages.config import flag_checks
 from mlimages.model import memory
 from helpers import CLASSES, ROOT, checkpoint_values, options, run_train, scalar_tags, \
     small_run_flags
@@ -196,10 +197,10 @@ def test_xla_and_synthetic_data_flags_train_with_train_py(tmp_path):
 @pytest.mark.parametrize('name,value', [('augment_on', 'gpu'), ('dtype', 'fp64'),
                                         ('private_threads', -1)])
 def test_bad_performance_flags_are_usage_errors(name, value):
-    opts = options()
-    flags_lib.validate(opts)
+    settings = flags_lib.default_settings()
+    flag_checks.validate(settings)
     with pytest.raises(train.UsageError, match='--' + name):
-        flags_lib.validate(opts._replace(**{name: value}))
+        flag_checks.validate(flags_lib.replace(settings, **{name: value}))
 
 
 def test_a_bad_boolean_is_said_in_words():

@@ -1,4 +1,4 @@
-"""training.py's own decisions, in process: what the first log lines say of the global batch
+"""training.py's (and estimator.py's) own decisions, in process: what the first log lines say of the global batch
 and the epochs; and a real run's session.run calls a step."""
 import json
 import os
@@ -7,8 +7,8 @@ import pytest
 
 from mlimages.distributed import devices, distribute
 import file_db
-from mlimages.run import run_plan, training
-from helpers import ENV, options, run_program
+from mlimages.run import estimator, run_plan
+from helpers import ENV, run_program, settings
 
 
 def test_the_epochs_max_iter_makes(tmp_path):
@@ -16,18 +16,17 @@ def test_the_epochs_max_iter_makes(tmp_path):
     split.mkdir()
     for name in ('0.tfrecords', '1.tfrecords'):
         (split / name).write_bytes(b'')
-    opts = options(data_dir=str(tmp_path), max_iter=300, batch_size=8)
+    data = settings(data_dir=str(tmp_path), batch_size=8).data
     plan = distribute.plan('none', 1, 1, 0, 8, gpu_count=0, environ={})
-    assert run_plan.describe_epochs(opts, plan) == (
+    assert run_plan.describe_epochs(data, 300, plan) == (
         'global batch 8 images a global step; the number of training records is unknown (%s '
         'does not list every shard; the record tools write it)'
         % os.path.join(str(tmp_path), 'train', 'records.txt'))
     file_db.write_counts(str(split), {'0.tfrecords': 1000, '1.tfrecords': 1400})
-    assert run_plan.describe_epochs(opts, plan) == (
+    assert run_plan.describe_epochs(data, 300, plan) == (
         'global batch 8 images a global step; --max_iter=300 steps make 1.00 epochs of the '
         '2400 training records')
-    forever = opts._replace(max_iter=-1)
-    assert run_plan.describe_epochs(forever, plan).endswith(
+    assert run_plan.describe_epochs(data, -1, plan).endswith(
         '2400 training records, one epoch every 300 steps')
 
 
@@ -44,10 +43,10 @@ def test_layout_and_input_gradient_for_the_gpus_seen(monkeypatch, tmp_path, gpus
     the runtime, stands in for them): --data_format=auto's layout and whether resnet takes
     the CPU's input gradient."""
     monkeypatch.setattr(devices, 'gpu_count', lambda: gpus)
-    opts = options(data_dir=str(tmp_path), model_dir=str(tmp_path / 'model'), dtype=dtype)
-    assert opts.data_format == 'auto'
-    assert training.data_format(opts) == layout
-    assert training.model_run(opts, layout).cpu_input_grad is cpu_input_grad
+    given = settings(data_dir=str(tmp_path), model_dir=str(tmp_path / 'model'), dtype=dtype)
+    assert given.model.data_format == 'auto'
+    assert estimator.data_format(given.model) == layout
+    assert estimator.derived_values(given).cpu_input_grad is cpu_input_grad
 
 
 def test_a_training_step_is_one_session_run(tmp_path):

@@ -1,14 +1,15 @@
-"""The numeric ranges of flags.CHECKS (built with value_checks): every default passes, a
-value out of range is one message naming the flag and the value."""
+"""The numeric ranges of flag_checks.CHECKS (built with value_checks): every default
+passes, a value out of range is one message naming the flag and the value."""
 import pytest
 
 import flags as flags_lib
+from mlimages.config import flag_checks
 
 NAN, INF = float('nan'), float('inf')
 
 
 def test_the_defaults_pass():
-    assert flags_lib.problems(flags_lib.defaults()) == []
+    assert flag_checks.problems(flags_lib.default_settings()) == []
 
 
 @pytest.mark.parametrize('name,value,message', [
@@ -31,4 +32,15 @@ def test_the_defaults_pass():
     ('test_interval', -1, '--test_interval must be >= 0, got -1'),
 ])
 def test_a_value_out_of_range_is_named(name, value, message):
-    assert flags_lib.problems(flags_lib.defaults()._replace(**{name: value})) == [message]
+    assert flag_checks.problems(flags_lib.replace(flags_lib.default_settings(),
+                                                   **{name: value})) == [message]
+
+
+def test_the_choices_are_the_values_their_users_act_on():
+    import resnet
+    from mlimages.config import choices
+    from mlimages.inference import serving
+    from mlimages.model import lr_schedule
+    assert tuple(serving.PREPROCESSING) == choices.PREPROCESSING
+    assert tuple(lr_schedule.SCHEDULES) == choices.SCHEDULES
+    assert resnet.SUPPORTED_SIZES == choices.SUPPORTED_SIZES

@@ -1,7 +1,10 @@
 """Settings around a run.
 
-    value_checks.py  the builders of flags.CHECKS: what is wrong with --name=value, in
+    choices.py       the values each choice flag may take (--resnet_size, --dtype, ...)
+    flag_checks.py   the checks of train.py's flags, one a flag, then the rules across flags
+    value_checks.py  the builders of those checks: what is wrong with --name=value, in
                      one line
+    cluster_hosts.py the host lists of --worker_hosts and --ps_hosts, parsed and checked
     run_settings.py  the run's <model_dir>/flags.txt: written, read, compared on resume
     startup.py       what every entry point does before TensorFlow is imported (quiet
                      logs, supported versions)

@@ -1,12 +1,6 @@
-"""Builders of the checks in flags.CHECKS: check(name, value) returns what is wrong with
---name=value as one line, else None. Value lists owned by the module that uses them are
-read from it when the check runs (after start-up, so --help needs no TensorFlow)."""
-import importlib
+"""Builders of the checks in flag_checks.CHECKS: check(name, value) returns what is wrong
+with --name=value as one line, else None. The value lists come from config/choices."""
 import math
-
-
-def owned(module, attr):
-    return getattr(importlib.import_module(module), attr)
 
 
 def positive(name, value):
@@ -52,11 +46,10 @@ def finite(low, inclusive=False, high=None, meaning=''):
     return check
 
 
-def one_of(module, attr, message=None):
-    """module.attr lists the valid values; message: the whole text, with %r for the value
+def one_of(choices, message=None):
+    """choices: the valid values; message: the whole text, with %r for the value
     (default: --NAME must be one of ...)."""
     def check(name, value):
-        choices = owned(module, attr)
         if value in choices:
             return None
         if message:

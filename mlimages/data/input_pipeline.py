@@ -8,9 +8,9 @@ only. Evaluation: every file once, in order, the last batch partial.
 import tensorflow.compat.v1 as tf
 
 import image_preprocess
+from mlimages.config.choices import AUGMENT_ON
 from mlimages.data import records
 
-AUGMENT_ON = ('cpu', 'device')
 SYNTHETIC = 'synthetic'
 
 
@@ -36,13 +36,15 @@ def parse_record(value, is_training, image_size, class_num, object_cover, area_c
     return image, label
 
 
-def input_fn(opts, is_training, files, augment_on, record_shard=None):
+def input_fn(data, model, is_training, files, crop_seed=None, record_shard=None):
     """Batches of (images, labels) of --batch_size (one replica's) from the shard `files`.
 
-    opts: the run's flags.Options (batch_size, image_size, class_num, label_type, the
-    shuffle buffers, num_preprocess_threads, the training crop's object_cover and
-    area_cover, skip_bad_records, use_synthetic_data, private_threads; deterministic: the
-    crop seeded with random_seed, and TensorFlow's op determinism orders everything).
+    data: the data group (flags.Data: batch_size, label_type, the shuffle buffers,
+    num_preprocess_threads, the training crop's object_cover and area_cover,
+    skip_bad_records, use_synthetic_data, private_threads, augment_on resolved to cpu or
+    device); model: the model group (image_size, class_num). crop_seed: the training
+    crop's op seed (--deterministic: --random_seed; TensorFlow's op determinism then
+    orders everything), else None.
     Training reads the files in shuffled order, interleaves them, shuffles the records and
     repeats forever; evaluation reads every file once, in order.
     With skip_bad_records, records that fail to parse or decode are dropped and the features
@@ -59,48 +61,58 @@ def input_fn(opts, is_training, files, augment_on, record_shard=None):
     k + n, ... of a deterministic interleave (file_db.data_share, fewer files than
     workers); the shuffles come after the split.
     """
-    if augment_on not in AUGMENT_ON:
-        raise ValueError('augment_on must be one of %s, got %r' % (AUGMENT_ON, augment_on))
-    if opts.use_synthetic_data:
-        return synthetic_dataset(opts.batch_size, opts.image_size)
-    parallel = (opts.num_preprocess_threads if opts.num_preprocess_threads > 0
+    if data.augment_on not in AUGMENT_ON:
+        raise ValueError('augment_on must be one of %s, got %r' % (AUGMENT_ON, data.augment_on))
+    if data.use_synthetic_data:
+        return synthetic_dataset(data.batch_size, model.image_size)
+    parallel = (data.num_preprocess_threads if data.num_preprocess_threads > 0
                 else tf.data.experimental.AUTOTUNE)
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    if is_training:
-        # This worker's share is fixed (file_db.data_share); shuffling only reorders it. A
-        # record-level share needs the same record order on every worker before the split.
-        if record_shard is None:
-            dataset = dataset.shuffle(max(1, min(opts.file_shuffle_buffer, len(files))))
-        dataset = dataset.interleave(tf.data.TFRecordDataset,
-                                     cycle_length=min(len(files), 8), block_length=1,
-                                     num_parallel_calls=tf.data.experimental.AUTOTUNE,
-                                     deterministic=record_shard is not None)
-        if record_shard is not None:
-            dataset = dataset.shard(*record_shard)
-        # The records are shuffled before they are decoded: the same shuffle, with a buffer
-        # of serialized records instead of decoded float images (4x smaller at 224 px, and
-        # no thousands of images to decode before the first batch).
-        dataset = dataset.shuffle(opts.shuffle_buffer).repeat()
-    else:
-        dataset = dataset.flat_map(tf.data.TFRecordDataset)
-    parse = lambda value: parse_record(
-        value, is_training, opts.image_size, opts.class_num, opts.object_cover,
-        opts.area_cover, opts.label_type, augment_on,
-        opts.random_seed if opts.deterministic else None)
-    if opts.skip_bad_records:
-        dataset = drop_bad_records(dataset, parse, opts.image_size, opts.class_num, parallel,
-                                   tf.uint8 if augment_on == 'device' else tf.float32)
-    else:
-        dataset = dataset.map(parse, num_parallel_calls=parallel,
-                              deterministic=not is_training)
+    dataset = serialized_records(files, is_training, data.file_shuffle_buffer,
+                                 data.shuffle_buffer, record_shard)
+    dataset = parsed_records(dataset, data, model, is_training, parallel, crop_seed)
     # Full batches in training keep shapes static; evaluation keeps the last partial one.
-    dataset = dataset.batch(opts.batch_size, drop_remainder=is_training)
+    dataset = dataset.batch(data.batch_size, drop_remainder=is_training)
     dataset = dataset.prefetch(tf.data.experimental.AUTOTUNE)
-    if opts.private_threads > 0:
+    if data.private_threads > 0:
         options = tf.data.Options()
-        options.experimental_threading.private_threadpool_size = opts.private_threads
+        options.experimental_threading.private_threadpool_size = data.private_threads
         dataset = dataset.with_options(options)
     return dataset
+
+
+def serialized_records(files, is_training, file_shuffle_buffer, shuffle_buffer,
+                       record_shard=None):
+    """The serialized records of `files`: training's shuffled, interleaved, shared out by
+    record_shard, shuffled again and repeated; evaluation's every file once, in order."""
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if not is_training:
+        return dataset.flat_map(tf.data.TFRecordDataset)
+    # This worker's share is fixed (file_db.data_share); shuffling only reorders it. A
+    # record-level share needs the same record order on every worker before the split.
+    if record_shard is None:
+        dataset = dataset.shuffle(max(1, min(file_shuffle_buffer, len(files))))
+    dataset = dataset.interleave(tf.data.TFRecordDataset,
+                                 cycle_length=min(len(files), 8), block_length=1,
+                                 num_parallel_calls=tf.data.experimental.AUTOTUNE,
+                                 deterministic=record_shard is not None)
+    if record_shard is not None:
+        dataset = dataset.shard(*record_shard)
+    # The records are shuffled before they are decoded: the same shuffle, with a buffer
+    # of serialized records instead of decoded float images (4x smaller at 224 px, and
+    # no thousands of images to decode before the first batch).
+    return dataset.shuffle(shuffle_buffer).repeat()
+
+
+def parsed_records(serialized, data, model, is_training, parallel, crop_seed):
+    """(image, label) of each serialized record (parse_record), the bad ones dropped and
+    counted with --skip_bad_records (drop_bad_records)."""
+    parse = lambda value: parse_record(
+        value, is_training, model.image_size, model.class_num, data.object_cover,
+        data.area_cover, data.label_type, data.augment_on, crop_seed)
+    if data.skip_bad_records:
+        return drop_bad_records(serialized, parse, model.image_size, model.class_num, parallel,
+                                tf.uint8 if data.augment_on == 'device' else tf.float32)
+    return serialized.map(parse, num_parallel_calls=parallel, deterministic=not is_training)
 
 
 def synthetic_dataset(batch_size, image_size):

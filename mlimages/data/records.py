@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import file_db
+from mlimages import errors
 
 # Feature name -> (proto kind, value training falls back to, or None when required).
 FEATURES = collections.OrderedDict([
@@ -32,7 +33,6 @@ FEATURES = collections.OrderedDict([
     ('name', ('bytes_list', '')),
 ])
 LABEL_INDEX, LABEL_VALUE = 'label/index', 'label/value'
-LABEL_TYPES = ('multi', 'single')
 LABEL_LAYOUTS = ('dense', 'sparse')
 
 _DTYPES = {'bytes_list': tf.string, 'int64_list': tf.int64}
@@ -150,22 +150,22 @@ def first_label_length(path, label_type='multi'):
             feature = example.features.feature
             if label_type == 'single':
                 if 'label' not in feature or len(feature['label'].int64_list.value) != 1:
-                    raise file_db.DataError('%s: first record has no int64 feature "label" '
+                    raise errors.DataError('%s: first record has no int64 feature "label" '
                                             '(--label_type=single)' % path)
                 return feature['label'].int64_list.value[0] + 1
             if sparse_entries(feature) is not None:
                 return None  # sparse layout: each index is checked in training
             if 'label' not in feature or not feature['label'].bytes_list.value:
-                raise file_db.DataError('%s: first record has no bytes feature "label"%s' % (
+                raise errors.DataError('%s: first record has no bytes feature "label"%s' % (
                     path, ' (an int64 class index: use --label_type=single)'
                     if 'label' in feature and feature['label'].int64_list.value else ''))
             return len(feature['label'].bytes_list.value[0]) / 4.0
     except tf.errors.DataLossError as e:
-        raise file_db.DataError('%s: corrupt TFRecord file (%s)' % (path, e.message))
+        raise errors.DataError('%s: corrupt TFRecord file (%s)' % (path, e.message))
     except Exception as e:  # a record that is not an Example
-        if isinstance(e, file_db.DataError):
+        if isinstance(e, errors.DataError):
             raise
-        raise file_db.DataError('%s: first record is not a tf.train.Example (%s)' % (path, e))
+        raise errors.DataError('%s: first record is not a tf.train.Example (%s)' % (path, e))
     return None
 
 
@@ -175,11 +175,11 @@ def check_label_length(files, class_num, label_type='multi'):
         found = first_label_length(path, label_type)
         if label_type == 'single':
             if found is not None and not 0 < found <= class_num:
-                raise file_db.DataError('%s: first record has class index %d, expected one in '
+                raise errors.DataError('%s: first record has class index %d, expected one in '
                                         '[0, --class_num=%d)' % (path, found - 1, class_num))
             continue
         if found is not None and found != class_num:
-            raise file_db.DataError(
+            raise errors.DataError(
                 '%s: label has %s classes, expected --class_num=%d'
                 % (path, int(found) if found == int(found) else found, class_num))
 
@@ -191,7 +191,7 @@ def check_not_empty(files, split_dir):
     if total is None:
         total = sum(1 for path in files if _has_a_record(path))
     if not total:
-        raise file_db.DataError('the split %s holds no record (%d shard file%s, all empty): '
+        raise errors.DataError('the split %s holds no record (%d shard file%s, all empty): '
                                 'build it again with tools/make_tfrecords.py' % (
                                     split_dir, len(files), '' if len(files) == 1 else 's'))
 

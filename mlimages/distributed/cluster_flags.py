@@ -23,49 +23,11 @@ shards; each must have a --model_dir of its own (`claim_model_dir`).
 """
 import json
 import os
-import re
 
+from mlimages.config.cluster_hosts import hosts
 from mlimages.errors import UsageError
 
-HOST_PORT = re.compile(r'^[A-Za-z0-9_.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$')
 MARKER = 'independent_worker.txt'
-
-
-def hosts(text):
-    """'h0:p,h1:p' -> ['h0:p', 'h1:p'] ('' -> [])."""
-    return [h.strip() for h in text.split(',') if h.strip()]
-
-
-def _host_problem(name, value):
-    for address in hosts(value):
-        if not HOST_PORT.match(address) or not 0 < int(address.rsplit(':', 1)[1]) < 65536:
-            return '--%s: %r is not host:port (e.g. node1:2222)' % (name, address)
-    return None
-
-
-def problems(o):
-    """What is wrong with the cluster flags of the Options o (one-line messages)."""
-    found = [p for p in (_host_problem('worker_hosts', o.worker_hosts),
-                         _host_problem('ps_hosts', o.ps_hosts)) if p]
-    workers, ps = hosts(o.worker_hosts), hosts(o.ps_hosts)
-    if workers and len(workers) != o.worker_num:
-        found.append('--worker_hosts lists %d address%s but --worker_num=%d: give every '
-                     'worker\'s host:port, the chief (worker 0) first'
-                     % (len(workers), '' if len(workers) == 1 else 'es', o.worker_num))
-    if len(set(workers + ps)) != len(workers + ps):
-        found.append('--worker_hosts/--ps_hosts name an address twice: %s'
-                     % ','.join(workers + ps))
-    if ps and not workers:
-        found.append('--ps_hosts needs --worker_hosts (the training workers, chief first)')
-    if o.ps_id != -1 and not 0 <= o.ps_id < len(ps):
-        found.append('--ps_id=%d must be in [0, %d) (the --ps_hosts addresses) or -1 (not a '
-                     'ps task)' % (o.ps_id, len(ps)))
-    if o.ps_id >= 0 and o.worker_id != 0:
-        found.append('--ps_id=%d is a ps task: leave out --worker_id (got %d)'
-                     % (o.ps_id, o.worker_id))
-    if o.slurm_port_base < 1 or o.slurm_port_base > 65000:
-        found.append('--slurm_port_base must be in [1, 65000], got %d' % o.slurm_port_base)
-    return found
 
 
 def tf_config(cluster, task_type, index):
@@ -156,14 +118,15 @@ def narrow_to_slurm_task(num_gpus, environ=None):
     return environ['CUDA_VISIBLE_DEVICES']
 
 
-def setup(opts, environ=None):
-    """Puts the TF_CONFIG of Slurm or of the host flags into `environ` (os.environ), by the
-    precedence rule, before anything reads it; under Slurm also this task's
-    CUDA_VISIBLE_DEVICES. Returns (source, line for the log); raises UsageError."""
+def setup(cluster, num_gpus, environ=None):
+    """Puts the TF_CONFIG of Slurm or of the host flags (cluster: the flags.Cluster group)
+    into `environ` (os.environ), by the precedence rule, before anything reads it; under
+    Slurm also this task's CUDA_VISIBLE_DEVICES (its block of --num_gpus). Returns (source,
+    line for the log); raises UsageError."""
     environ = os.environ if environ is None else environ
-    flagged = [name for name, given in (('--worker_hosts', opts.worker_hosts),
-                                        ('--ps_hosts', opts.ps_hosts),
-                                        ('--ps_id', opts.ps_id >= 0)) if given]
+    flagged = [name for name, given in (('--worker_hosts', cluster.worker_hosts),
+                                        ('--ps_hosts', cluster.ps_hosts),
+                                        ('--ps_id', cluster.ps_id >= 0)) if given]
     tasks = slurm_tasks(environ)
     if environ.get('TF_CONFIG', '').strip():
         if flagged:
@@ -186,20 +149,20 @@ def setup(opts, environ=None):
             raise UsageError('this is a Slurm step of %d tasks and %s is given: the cluster '
                              'comes from Slurm; leave the host flags out' % (tasks,
                                                                               '/'.join(flagged)))
-        environ['CUDA_VISIBLE_DEVICES'] = slurm_gpus(environ, opts.num_gpus)
-        environ['TF_CONFIG'] = from_slurm(environ, opts.slurm_port_base)
+        environ['CUDA_VISIBLE_DEVICES'] = slurm_gpus(environ, num_gpus)
+        environ['TF_CONFIG'] = from_slurm(environ, cluster.slurm_port_base)
         return 'Slurm', 'cluster from Slurm (task %s of %d, CUDA_VISIBLE_DEVICES=%s): ' \
             'TF_CONFIG=%s' % (environ.get('SLURM_PROCID'), tasks,
                               environ['CUDA_VISIBLE_DEVICES'], environ['TF_CONFIG'])
-    if opts.worker_hosts:
-        environ['TF_CONFIG'] = from_host_flags(opts.worker_hosts, opts.ps_hosts,
-                                               opts.worker_id, opts.ps_id)
+    if cluster.worker_hosts:
+        environ['TF_CONFIG'] = from_host_flags(cluster.worker_hosts, cluster.ps_hosts,
+                                               cluster.worker_id, cluster.ps_id)
         return 'flags', 'cluster from --worker_hosts%s: TF_CONFIG=%s' % (
-            '/--ps_hosts' if opts.ps_hosts else '', environ['TF_CONFIG'])
-    if opts.worker_num > 1:
+            '/--ps_hosts' if cluster.ps_hosts else '', environ['TF_CONFIG'])
+    if cluster.worker_num > 1:
         return 'independent', (
             'independent run %d of %d on its share of the shards; no cluster (give '
-            '--worker_hosts to train one model together)' % (opts.worker_id, opts.worker_num))
+            '--worker_hosts to train one model together)' % (cluster.worker_id, cluster.worker_num))
     return None, None
 
 

@@ -43,12 +43,12 @@ import os
 import re
 
 from mlimages.config import gpu_env
+from mlimages.config.choices import GPU_THREAD_MODES
 
 GPU_ENV = 'CUDA_VISIBLE_DEVICES'
 GROWTH_ENV = 'TF_FORCE_GPU_ALLOW_GROWTH'
 THREAD_MODE_ENV = 'TF_GPU_THREAD_MODE'
 THREAD_COUNT_ENV = 'TF_GPU_THREAD_COUNT'
-GPU_THREAD_MODES = ('off', 'gpu_private', 'gpu_shared', 'auto')
 PER_GPU_THREADS = 2
 
 

@@ -20,7 +20,7 @@ L2 terms, l2_loss(v) = sum(v^2) / 2:
   weight_decay * sum l2_loss(v), 'bn' not in v's name
   + bn_weight_decay * weight_decay * sum l2_loss(v), 'bn' in v's name       (weight_decay_loss)
   (pre-training: bn_weight_decay 0, no L2 on batch norm; the original's finetune.py: 0.1)
-A run's loss from its options (flags.Options): cross_entropy_of and weight_decay_of.
+A run's loss from its settings groups (flags.Training): cross_entropy_of and weight_decay_of.
 The counters are non-trainable variables `pos_count` and `neg_count` (the original left them
 unnamed: `Variable`, `Variable_1`), saved in every checkpoint so a resumed run continues
 the same streaks.
@@ -185,24 +185,25 @@ def softmax_cross_entropy(labels, logits):
         logits=tf.cast(logits, tf.float32)))
 
 
-def cross_entropy_of(opts, labels, logits, update):
-    """The run's cross-entropy (opts: flags.Options): softmax_cross_entropy for
-    --label_type=single, else multilabel_cross_entropy with --mask_thres, --neg_select and
-    --random_seed. Returns (cross_entropy, the loss counters' tensors by name, or {})."""
-    if opts.label_type == 'single':
+def cross_entropy_of(label_type, training, labels, logits, update):
+    """The run's cross-entropy (training: the flags.Training group): softmax_cross_entropy
+    for --label_type=single, else multilabel_cross_entropy with --mask_thres, --neg_select
+    and --random_seed. Returns (cross_entropy, the loss counters' tensors by name, or {})."""
+    if label_type == 'single':
         return softmax_cross_entropy(labels, logits), {}
-    return multilabel_cross_entropy(labels, logits, opts.mask_thres, opts.neg_select,
-                                    opts.random_seed, update=update)
+    return multilabel_cross_entropy(labels, logits, training.mask_thres, training.neg_select,
+                                    training.random_seed, update=update)
 
 
-def per_image_cross_entropy_of(opts, labels, logits):
-    """Evaluation's cross-entropy of each image [B] for the run (opts: flags.Options)."""
-    if opts.label_type == 'single':
+def per_image_cross_entropy_of(label_type, training, labels, logits):
+    """Evaluation's cross-entropy of each image [B] for the run (training: flags.Training)."""
+    if label_type == 'single':
         return tf.nn.softmax_cross_entropy_with_logits_v2(
             labels=tf.cast(labels, tf.float32), logits=tf.cast(logits, tf.float32))
-    return per_image_cross_entropy(labels, logits, opts.mask_thres, opts.neg_select)
+    return per_image_cross_entropy(labels, logits, training.mask_thres, training.neg_select)
 
 
-def weight_decay_of(opts, variables):
-    """The run's L2 term: weight_decay_loss with --weight_decay and --bn_weight_decay."""
-    return weight_decay_loss(variables, opts.weight_decay, opts.bn_weight_decay)
+def weight_decay_of(training, variables):
+    """The run's L2 term: weight_decay_loss with --weight_decay and --bn_weight_decay
+    (training: the flags.Training group)."""
+    return weight_decay_loss(variables, training.weight_decay, training.bn_weight_decay)

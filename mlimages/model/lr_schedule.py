@@ -11,6 +11,8 @@ D = 0 means no decay for both schedules.
 """
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import choices
+
 DECAY_STAGES = 4
 
 
@@ -52,6 +54,7 @@ def exponential_learning_rate(global_step, lr, lr_decay_step, lr_decay_factor):
 
 
 SCHEDULES = {'piecewise': piecewise_learning_rate, 'exponential': exponential_learning_rate}
+assert tuple(SCHEDULES) == choices.SCHEDULES
 
 
 def warmup_learning_rate(global_step, lr_warmup, lr_warmup_decay_step, lr_warmup_decay_factor):
@@ -80,9 +83,10 @@ def learning_rate(global_step, lr, lr_decay_step, lr_decay_factor, warmup, lr_wa
     return tf.where(tf.cast(global_step, tf.int64) < warmup, warm, decayed)
 
 
-def learning_rate_of(opts, global_step):
-    """The run's learning rate (opts: flags.Options): learning_rate with --lr, --lr_decay_step,
-    --lr_decay_factor, the warm-up flags and --lr_schedule."""
-    return learning_rate(global_step, opts.lr, opts.lr_decay_step, opts.lr_decay_factor,
-                         opts.warmup, opts.lr_warmup, opts.lr_warmup_decay_step,
-                         opts.lr_warmup_decay_factor, opts.lr_schedule)
+def learning_rate_of(schedule, global_step):
+    """The run's learning rate (schedule: the flags.Schedule group): learning_rate with
+    --lr, --lr_decay_step, --lr_decay_factor, the warm-up flags and --lr_schedule."""
+    return learning_rate(global_step, schedule.lr, schedule.lr_decay_step,
+                         schedule.lr_decay_factor, schedule.warmup, schedule.lr_warmup,
+                         schedule.lr_warmup_decay_step, schedule.lr_warmup_decay_factor,
+                         schedule.lr_schedule)

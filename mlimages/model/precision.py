@@ -20,7 +20,6 @@ import numpy as np
 
 import tensorflow.compat.v1 as tf
 
-DTYPES = ('fp32', 'fp16', 'bf16')
 FP16_ON_CPU_ENV = 'MLIMAGES_FP16_ON_CPU'
 
 

@@ -2,7 +2,10 @@
 
     model_fn.py     the Estimator model_fn: ResNet, the loss, the schedule, Momentum,
                     summaries
-    training.py     training and evaluation with tf.estimator
+    estimator.py    the Estimator of a run: values resolved for this process, its
+                    session options and input functions
+    training.py     training with tf.estimator: the roles, the log lines, the hooks
+    evaluation.py   evaluation of a checkpoint, train_and_eval's and the evaluator's
     checkpoints.py  finding and checking checkpoints, the variables fine-tuning takes over
     hooks.py        session hooks: the log line, the failing step, the stop, restart loops
     preemption.py   SIGTERM / SIGINT: the step in flight saved, no work lost

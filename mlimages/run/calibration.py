@@ -4,7 +4,7 @@
 
     evaluation  every batch's sigmoid scores (float32) and labels, as int8 codes: 1
                 positive (label >= mask_thres), 0 negative, -1 ignored, collected
-                (ScoreCollector, through model_fn.Run.score_hook: N x C x 5 bytes, 2.8 GB for
+                (ScoreCollector, through model_fn.Derived.score_hook: N x C x 5 bytes, 2.8 GB for
                 50,000 images of 11,166 classes, twice that while they are joined), then per
                 class c the threshold t_c that maximizes its F1 on
                 them (metrics.f1_optimal_thresholds; classes without a positive keep the
@@ -24,22 +24,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from mlimages import files
+from mlimages.config.choices import CALIBRATED
 from mlimages.distributed import devices
 from mlimages.errors import UsageError
 from mlimages.model import metrics
 
 FILE_NAME = 'thresholds.txt'
-CALIBRATED = 'calibrated'
 CHECKPOINT_LINE = '# checkpoint: '
-
-
-def problems(opts):
-    """What is wrong with --threshold=calibrated in opts' mode (flags.problems): it names
-    the thresholds of a checkpoint that --mode=eval chose, which training has not."""
-    if opts.threshold == CALIBRATED and opts.mode not in ('eval', 'predict', 'export'):
-        return ['--threshold=calibrated goes with --mode=eval (which chooses the thresholds), '
-                'predict or export, not --mode=%s' % opts.mode]
-    return []
 
 
 def global_threshold(text):
@@ -54,7 +45,7 @@ CODE_THRES = 0.5
 
 class ScoreCollector(object):
     """The label codes and scores of every evaluation batch (module docstring), as numpy
-    arrays; `hook` is model_fn.Run.score_hook (called with the batch's labels and scores
+    arrays; `hook` is model_fn.Derived.score_hook (called with the batch's labels and scores
     tensors)."""
 
     def __init__(self, mask_thres):

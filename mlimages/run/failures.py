@@ -67,21 +67,22 @@ NO_GPU_KERNEL = re.compile(r"No registered '[^']+' OpKernel for '?GPU'? devices"
 GPU_BUILD = 'CUDA 12.2 and cuDNN 8.9'
 
 
-def describe_failure(error, opts, step, memory_note=None):
-    """One line for an error that stopped training, with what to do about it. memory_note:
+def describe_failure(error, step, model_dir, data, devices_group, model, memory_note=None):
+    """One line for an error that stopped training, with what to do about it (data, model,
+    devices_group: the flags.Data, flags.Model and flags.Devices groups). memory_note:
     a clause on the estimated memory of a replica ("the estimate for ResNet-101, batch 512,
     fp32 at 224 px is 81.3 GB a replica; --batch_size=96 fits 16 GB"), for an out-of-memory
     line."""
     first_line = root_cause(error)
-    kept = what_is_kept(opts.model_dir)
+    kept = what_is_kept(model_dir)
     at = ' at step %d' % step if step is not None else ''
     for cause, fix in DISK_ERRORS.items():
         if cause in error.message:
             saving = re.search(r'(model\.ckpt-\d+)_temp', first_line)
             return ('%s writing %s in --model_dir=%s%s: %s, then rerun the same command to '
                     'resume; %s' % (cause.lower(), 'the checkpoint ' + saving.group(1)
-                                    if saving else 'a file', opts.model_dir, at,
-                                    fix % opts.model_dir, kept))
+                                    if saving else 'a file', model_dir, at,
+                                    fix % model_dir, kept))
     if model_fn.NON_FINITE_LOSS in error.message or \
             model_fn.NON_FINITE_SUMMARY in error.message:
         return 'the training loss became NaN or Inf%s; training stopped, %s' % (at, kept)
@@ -89,14 +90,14 @@ def describe_failure(error, opts, step, memory_note=None):
         return ('an op could not be placed on the devices (%s); --num_gpus=%d and '
                 '--visiable_gpu=%d must fit the GPUs this process sees '
                 '(CUDA_VISIBLE_DEVICES=%s); %s' % (
-                    first_line, opts.num_gpus, opts.visiable_gpu,
+                    first_line, devices_group.num_gpus, devices_group.visiable_gpu,
                     os.environ.get(devices.GPU_ENV, '<unset>'), kept))
     if isinstance(error, tf.errors.DataLossError):
         return ('a shard is truncated or corrupt (%s)%s; find it with: python '
                 'tools/check_tfrecords.py --class_num=%d %s' % (
-                    first_line, at, opts.class_num, os.path.join(opts.data_dir, 'train')))
-    gpu_line = describe_gpu_failure(error, root_cause(error, first_line=True), opts, at,
-                                    memory_note)
+                    first_line, at, model.class_num, os.path.join(data.data_dir, 'train')))
+    gpu_line = describe_gpu_failure(error, root_cause(error, first_line=True),
+                                    data.batch_size, model.dtype, at, memory_note)
     if gpu_line:
         return '%s; %s' % (gpu_line, kept)
     if isinstance(error, tf.errors.InvalidArgumentError):
@@ -110,13 +111,13 @@ def describe_failure(error, opts, step, memory_note=None):
     return '%s%s; %s' % (first_line, at, kept)
 
 
-def describe_gpu_failure(error, first_line, opts, at, memory_note):
+def describe_gpu_failure(error, first_line, batch_size, dtype, at, memory_note):
     """The start of the line for memory run out, an XLA compile failure or a GPU library's
     failure (None for any other error)."""
     if isinstance(error, tf.errors.ResourceExhaustedError) and \
             MEMORY_WORDS.search(error.message):
         return ('out of memory on %s%s (%s): lower --batch_size (%d images a replica now)%s'
-                % (oom_device(first_line), at, shorten_oom(first_line), opts.batch_size,
+                % (oom_device(first_line), at, shorten_oom(first_line), batch_size,
                    '; ' + memory_note if memory_note else ''))
     if any(word in error.message for word in XLA_TOOLCHAIN_WORDS):
         return ('XLA could not use the CUDA tools ptxas or libdevice%s (%s): set XLA_FLAGS='
@@ -133,11 +134,11 @@ def describe_gpu_failure(error, first_line, opts, at, memory_note):
                     'the libraries (pip install "tensorflow[and-cuda]==2.15.1" brings them) '
                     'and the NVIDIA driver (nvidia-smi); if they are right, lower '
                     '--batch_size=%d (the libraries\' workspace shares the GPU\'s memory)' % (
-                        library, at, first_line, GPU_BUILD, opts.batch_size))
+                        library, at, first_line, GPU_BUILD, batch_size))
     if NO_GPU_KERNEL.search(error.message):
         return ('an op has no GPU kernel for its type%s (%s): %s' % (
-            at, first_line, 'rerun with --dtype=fp32 (now %s)' % opts.dtype
-            if opts.dtype != 'fp32' else 'report it, with the log above'))
+            at, first_line, 'rerun with --dtype=fp32 (now %s)' % dtype
+            if dtype != 'fp32' else 'report it, with the log above'))
     return None
 
 
@@ -224,13 +225,13 @@ def describe_peer_failure(error, step):
                else 'before the first step', PEER_LOST_STATUS))
 
 
-def describe_restart_loop(restarts, opts, step):
+def describe_restart_loop(restarts, model_dir, step):
     """One line for a session that failed on every attempt (hooks.RestartLimitHook)."""
     return ('the session failed %d times in a row%s without completing a step, each time '
             'with an AbortedError or UnavailableError (logged above as "An error was '
             'raised"): not a passing preemption; %s' % (
                 restarts, ' at step %d' % step if step is not None else '',
-                what_is_kept(opts.model_dir)))
+                what_is_kept(model_dir)))
 
 
 def what_is_kept(model_dir):
@@ -239,7 +240,7 @@ def what_is_kept(model_dir):
             else 'no checkpoint was written')
 
 
-def interrupted(preempt, opts, plan, step):
+def interrupted(preempt, model_dir, plan, step):
     """errors.Interrupted for a run a signal stopped after its step in flight (preempt, the
     Preemption: this task's signal, or in a synchronous job another task's)."""
     signum = preempt.signum or preempt.elsewhere
@@ -249,17 +250,18 @@ def interrupted(preempt, opts, plan, step):
         return Interrupted(signum, '%s stopped by %s after global step %s; the chief saves '
                            'the checkpoint; rerun the same command to resume' % (
                                plan.task.label, cause, step))
-    last = checkpoints.latest_checkpoint(opts.model_dir)
+    last = checkpoints.latest_checkpoint(model_dir)
     saved = ('saved %s' % last if last and last.endswith('-%s' % step)
              else 'the last checkpoint is %s' % (last or 'none'))
     return Interrupted(signum, 'stopped by %s at global step %s: %s; rerun the same '
                        'command to resume' % (cause, step, saved))
 
 
-def out_of_memory_note(opts, error):
-    """The memory estimate the out-of-memory line names (memory.oom_note), for a
-    ResourceExhaustedError only: the GPU's memory is asked of the driver."""
+def out_of_memory_note(model, batch_size, error):
+    """The memory estimate the out-of-memory line names (memory.oom_note; model: the
+    flags.Model group), for a ResourceExhaustedError only: the GPU's memory is asked of
+    the driver."""
     if not isinstance(error, tf.errors.ResourceExhaustedError):
         return None
-    return memory.oom_note(opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size,
-                           opts.dtype, memory.gpu_memory(devices.gpu_count() > 0))
+    return memory.oom_note(model.resnet_size, model.class_num, batch_size, model.image_size,
+                           model.dtype, memory.gpu_memory(devices.gpu_count() > 0))

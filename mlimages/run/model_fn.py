@@ -24,8 +24,9 @@ Evaluation's cross_entropy is the mean over the val images of
 loss.per_image_cross_entropy: the same at any --batch_size (training's is per batch;
 its positives and selection are the batch's).
 
-The settings come whole, as the run's options (flags.Options: every flag's value), and
-what is derived from them for this run, as a Run.
+The settings come as the groups the model_fn reads (Parts: model, with --data_format
+resolved, data, training, schedule, finetune, output, inference), and what is derived
+from them for this process, as a Derived.
 """
 import collections
 
@@ -44,10 +45,20 @@ from mlimages.model import precision
 from mlimages.run import preemption
 import resnet
 
-# What the model_fn needs beyond the options: the values derived for this run. Inference
-# needs only the data format.
-Run = collections.namedtuple('Run', [
-    'data_format',             # 'channels_first' or 'channels_last' (--data_format resolved)
+# The settings groups the model_fn reads (flags.Model with data_format resolved to
+# 'channels_first' or 'channels_last', flags.Data, ...); parts(settings) picks them.
+Parts = collections.namedtuple('Parts', 'model data training schedule finetune output inference')
+
+
+def parts(settings, data_format):
+    """The Parts of Settings, the model group's data_format the resolved one."""
+    return Parts(settings.model._replace(data_format=data_format), settings.data,
+                 settings.training, settings.schedule, settings.finetune, settings.output,
+                 settings.inference)
+
+
+# What the model_fn needs beyond the settings: the values derived for this process.
+Derived = collections.namedtuple('Derived', [
     'images_per_step',         # images a training step of this process: replicas x batch
     'images_per_global_step',  # images a global step of the whole job
     'max_steps',               # the last global step (--max_iter), None = no end
@@ -110,14 +121,15 @@ def checked(lr, finite):
         return tf.identity(lr)
 
 
-def saver_hook(opts, run, scaffold):
+def saver_hook(output, derived, scaffold):
     """This task's checkpoint saver (hooks.CheckpointSaverHook, every --snapshot steps): the
     chief's, which the Estimator then takes for its own; in a collective job every
     worker's, since a save runs collective ops (make_estimator leaves TensorFlow's out):
-    the other workers' into run.checkpoint_dir, without a graph nobody reads."""
-    return hooks.CheckpointSaverHook(run.checkpoint_dir or opts.model_dir,
-                                     save_steps=opts.snapshot, scaffold=scaffold,
-                                     save_graph_def=run.checkpoint_dir is None)
+    the other workers' into derived.checkpoint_dir, without a graph nobody reads. output:
+    the flags.Output group."""
+    return hooks.CheckpointSaverHook(derived.checkpoint_dir or output.model_dir,
+                                     save_steps=output.snapshot, scaffold=scaffold,
+                                     save_graph_def=derived.checkpoint_dir is None)
 
 
 def hierarchy_masks(leaf_mask):
@@ -128,49 +140,24 @@ def hierarchy_masks(leaf_mask):
     return collections.OrderedDict([('leaf', leaf), ('inner', [not x for x in leaf])])
 
 
-def make_model_fn(opts, run):
+def make_model_fn(parts, derived):
     """The Estimator model_fn(features, labels, mode) of a run (see the module docstring):
-    opts, the run's flags.Options; run, a Run."""
+    parts, the Parts of its settings; derived, its Derived values."""
     # Plain graph code: a strategy would run it through AutoGraph, which rewrites every
     # function the model calls, in every replica, for control flow it does not have (a
     # third of a ResNet-101 build). The Estimator reads the argument names of model_fn.
     unconverted = tf.autograph.experimental.do_not_convert(resnet_model_fn)
 
     def model_fn(features, labels, mode):
-        return unconverted(features, labels, mode, opts, run)
+        return unconverted(features, labels, mode, parts, derived)
     return model_fn
 
 
-def resnet_model_fn(features, labels, mode, opts, run):
+def resnet_model_fn(features, labels, mode, parts, derived):
     """The EstimatorSpec of a batch (see the module docstring)."""
     training = mode == tf.estimator.ModeKeys.TRAIN
-    skipped = None
-    if isinstance(features, dict) and input_pipeline.SYNTHETIC in features:
-        features, labels = input_pipeline.synthetic_batch(features[input_pipeline.SYNTHETIC],
-                                                          opts.class_num)
-    elif isinstance(features, dict):
-        skipped = features.get('skipped_records')
-        features = features['image']
-    # uint8 batches (--augment_on=device) are augmented here, on the training device.
-    # Kept out of XLA clusters: the augmentation's per-step partition sizes vary, and a
-    # cluster built on them would be recompiled at every new shape.
-    with tf.xla.experimental.jit_scope(compile_ops=False):
-        features = image_preprocess.network_input(features, training)
-    if mode != tf.estimator.ModeKeys.PREDICT:  # no summary in an inference graph
-        tf.summary.image('images', (features + 1.0) / 2.0, max_outputs=6)
-    model = resnet.ResNet(opts.resnet_size, opts.class_num, run.data_format,
-                          opts.batch_norm_decay, opts.batch_norm_epsilon,
-                          2 if opts.FixBlock2 else 0, opts.frozen_bn, run.head_shards,
-                          run.cpu_input_grad)
-    updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
-    with precision.model_scope(opts.dtype):
-        logits = precision.float32(model(precision.model_input(features, opts.dtype), training))
-    own_updates = distribute.own_update_ops(updates_before)
-    model.features = precision.float32(model.features)
-    if training and run.warm_start:
-        # Changes only the initializers: a checkpoint in model_dir still wins on restart.
-        checkpoint, names = run.warm_start
-        tf.train.init_from_checkpoint(checkpoint, {name: name for name in names})
+    images, labels, skipped = batch_of(features, labels, parts.model.class_num)
+    model, logits, own_updates = network(images, mode, parts, derived)
     predictions = {
         'classes': tf.argmax(logits, axis=1),
         'probabilities': tf.nn.softmax(logits),
@@ -180,14 +167,94 @@ def resnet_model_fn(features, labels, mode, opts, run):
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
+    per_image, cross_entropy, loss, finite = losses(labels, logits, mode, parts)
+    accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
+    tf.summary.scalar('train_accuracy', accuracy[1])
+    train_op, training_hooks = None, []
+    if training:
+        logged = {'cross_entropy': cross_entropy, 'train_accuracy': accuracy[1]}
+        train_op, training_hooks = training_step(
+            loss, finite, trained_variables(tf.trainable_variables(), model), own_updates,
+            logged, skipped, parts, derived)
+    eval_metrics, evaluation_hooks = None, []
+    if mode == tf.estimator.ModeKeys.EVAL:
+        eval_metrics, evaluation_hooks = evaluation(labels, predictions['scores'], per_image,
+                                                    parts, derived)
+    scaffold = None
+    # fp16: a checkpoint of another --dtype restores, its loss scaling started afresh.
+    if derived.legacy_counters or (training and parts.model.dtype == 'fp16'):
+        # Built last: the saver must see every variable, the Momentum slots included.
+        scaffold = tf.train.Scaffold(saver=checkpoints.saver(parts.output.max_to_keep,
+                                                             derived.legacy_counters))
+    chief_hooks = []
+    if training:
+        saver = saver_hook(parts.output, derived, scaffold)
+        (training_hooks if derived.stop_together else chief_hooks).append(saver)
+    return tf.estimator.EstimatorSpec(
+        mode=mode, predictions=predictions, loss=loss, train_op=train_op,
+        eval_metric_ops=eval_metrics, training_hooks=training_hooks,
+        training_chief_hooks=chief_hooks, evaluation_hooks=evaluation_hooks,
+        scaffold=scaffold)
+
+
+def batch_of(features, labels, class_num):
+    """(images, labels, skipped records so far or None) of the input's batch: synthetic
+    batches drawn here, the rest as input_pipeline.input_fn made them."""
+    if isinstance(features, dict) and input_pipeline.SYNTHETIC in features:
+        images, labels = input_pipeline.synthetic_batch(features[input_pipeline.SYNTHETIC],
+                                                        class_num)
+        return images, labels, None
+    skipped = None
+    if isinstance(features, dict):
+        skipped = features.get('skipped_records')
+        features = features['image']
+    return features, labels, skipped
+
+
+def network(images, mode, parts, derived):
+    """(the resnet.ResNet, its float32 logits, this replica's batch-norm updates) of the
+    batch; the fine-tuning checkpoint's initializers set when training."""
+    model_group, finetune = parts.model, parts.finetune
+    training = mode == tf.estimator.ModeKeys.TRAIN
+    # uint8 batches (--augment_on=device) are augmented here, on the training device.
+    # Kept out of XLA clusters: the augmentation's per-step partition sizes vary, and a
+    # cluster built on them would be recompiled at every new shape.
+    with tf.xla.experimental.jit_scope(compile_ops=False):
+        images = image_preprocess.network_input(images, training)
+    if mode != tf.estimator.ModeKeys.PREDICT:  # no summary in an inference graph
+        tf.summary.image('images', (images + 1.0) / 2.0, max_outputs=6)
+    model = resnet.ResNet(model_group.resnet_size, model_group.class_num,
+                          model_group.data_format, model_group.batch_norm_decay,
+                          model_group.batch_norm_epsilon, 2 if finetune.FixBlock2 else 0,
+                          finetune.frozen_bn, derived.head_shards, derived.cpu_input_grad)
+    updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+    with precision.model_scope(model_group.dtype):
+        logits = precision.float32(model(precision.model_input(images, model_group.dtype),
+                                         training))
+    own_updates = distribute.own_update_ops(updates_before)
+    model.features = precision.float32(model.features)
+    if training and derived.warm_start:
+        # Changes only the initializers: a checkpoint in model_dir still wins on restart.
+        checkpoint, names = derived.warm_start
+        tf.train.init_from_checkpoint(checkpoint, {name: name for name in names})
+    return model, logits, own_updates
+
+
+def losses(labels, logits, mode, parts):
+    """(evaluation's per-image cross-entropy or None, the reported cross-entropy, the loss,
+    training's finite-loss check or None), the summaries of the loss written."""
+    label_type, training_group = parts.data.label_type, parts.training
+    training = mode == tf.estimator.ModeKeys.TRAIN
+    per_image = None
     if mode == tf.estimator.ModeKeys.EVAL:  # per image: the same figure at any batch size
-        per_image = loss_lib.per_image_cross_entropy_of(opts, labels, logits)
+        per_image = loss_lib.per_image_cross_entropy_of(label_type, training_group, labels,
+                                                        logits)
         cross_entropy, stats = tf.reduce_mean(per_image), {}
     else:
-        cross_entropy, stats = loss_lib.cross_entropy_of(opts, labels, logits, update=training)
-    trained = trained_variables(tf.trainable_variables(), model)
+        cross_entropy, stats = loss_lib.cross_entropy_of(label_type, training_group, labels,
+                                                         logits, update=training)
     # Over every trainable variable as the original: the frozen ones add only a constant.
-    loss = cross_entropy + loss_lib.weight_decay_of(opts, tf.trainable_variables())
+    loss = cross_entropy + loss_lib.weight_decay_of(training_group, tf.trainable_variables())
     # With several replicas the step's cross_entropy is the mean over their batches (the
     # loss of the global batch; the gradient comes from each replica's own), and so is the
     # loss checked below: one all-reduce for both, and every replica sees the same check.
@@ -201,56 +268,45 @@ def resnet_model_fn(features, labels, mode, opts, run):
     with tf.control_dependencies([finite] if training else []):
         for name, tensor in sorted(stats.items()):
             tf.summary.histogram(name, tf.identity(tensor))
-    accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
-    tf.summary.scalar('train_accuracy', accuracy[1])
+    return per_image, reported_cross_entropy, loss, finite
 
-    train_op, training_hooks = None, []
-    if training:
-        global_step = tf.train.get_or_create_global_step()
-        lr = lr_schedule.learning_rate_of(opts, global_step)
-        tf.summary.scalar('learning_rate', lr)
-        # This replica's batch-norm updates run in the same step beside the apply
-        # (distribute.own_update_ops: no gradient waits on them).
-        optimizer = make_optimizer(opts.optimizer, checked(lr, finite), opts.opt_momentum)
-        optimizer = precision.wrap_optimizer(optimizer, opts.dtype)
-        gradients = optimizer.compute_gradients(loss, var_list=trained)
-        train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
-        hooks.publish_step_after(train_op)
-        if run.stop_together:
-            preemption.stop_agreement()
-        logged = {'learning_rate': lr, 'cross_entropy': reported_cross_entropy,
-                  'train_accuracy': accuracy[1]}
-        if skipped is not None:
-            logged['skipped_records'] = tf.reduce_max(skipped)
-            tf.summary.scalar('skipped_records', logged['skipped_records'])
-        training_hooks.append(hooks.TrainingLogHook(
-            logged, run.images_per_step, opts.log_interval, run.max_steps,
-            run.images_per_global_step, run.worker_name, run.job))
-    eval_metrics, evaluation_hooks = None, []
-    if mode == tf.estimator.ModeKeys.EVAL:
-        # The histograms of mAP cannot place a NaN: say what it means instead.
-        scores = tf.debugging.check_numerics(
-            predictions['scores'], 'the model outputs NaN or Inf in inference mode (a '
-            'diverged model, or one trained too briefly for its batch-norm moving averages)')
-        eval_metrics = metrics.multilabel_metrics(
-            labels, scores, opts.mask_thres, threshold=calibration.global_threshold(
-                opts.threshold), class_masks=hierarchy_masks(run.leaf_mask))
-        eval_metrics['cross_entropy'] = tf.metrics.mean(per_image)
-        if run.score_hook:
-            evaluation_hooks.append(run.score_hook(labels, scores))
-    scaffold = None
-    # fp16: a checkpoint of another --dtype restores, its loss scaling started afresh.
-    if run.legacy_counters or (training and opts.dtype == 'fp16'):
-        # Built last: the saver must see every variable, the Momentum slots included.
-        scaffold = tf.train.Scaffold(saver=checkpoints.saver(opts.max_to_keep,
-                                                             run.legacy_counters))
-    chief_hooks = []
-    if training:
-        saver = saver_hook(opts, run, scaffold)
-        (training_hooks if run.stop_together else chief_hooks).append(saver)
-    return tf.estimator.EstimatorSpec(
-        mode=mode, predictions=predictions, loss=loss, train_op=train_op,
-        eval_metric_ops=eval_metrics, training_hooks=training_hooks,
-        training_chief_hooks=chief_hooks, evaluation_hooks=evaluation_hooks,
-        scaffold=scaffold)
 
+def training_step(loss, finite, trained, own_updates, logged, skipped, parts, derived):
+    """(train_op, training hooks): the optimizer's step on the trained variables at the
+    schedule's rate, this replica's batch-norm updates, and the log line's hook of the
+    logged tensors (the learning rate and skipped_records added)."""
+    training_group = parts.training
+    global_step = tf.train.get_or_create_global_step()
+    lr = lr_schedule.learning_rate_of(parts.schedule, global_step)
+    tf.summary.scalar('learning_rate', lr)
+    # This replica's batch-norm updates run in the same step beside the apply
+    # (distribute.own_update_ops: no gradient waits on them).
+    optimizer = make_optimizer(training_group.optimizer, checked(lr, finite),
+                               training_group.opt_momentum)
+    optimizer = precision.wrap_optimizer(optimizer, parts.model.dtype)
+    gradients = optimizer.compute_gradients(loss, var_list=trained)
+    train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
+    hooks.publish_step_after(train_op)
+    if derived.stop_together:
+        preemption.stop_agreement()
+    logged = dict(learning_rate=lr, **logged)
+    if skipped is not None:
+        logged['skipped_records'] = tf.reduce_max(skipped)
+        tf.summary.scalar('skipped_records', logged['skipped_records'])
+    return train_op, [hooks.TrainingLogHook(
+        logged, derived.images_per_step, parts.output.log_interval, derived.max_steps,
+        derived.images_per_global_step, derived.worker_name, derived.job)]
+
+
+def evaluation(labels, scores, per_image, parts, derived):
+    """(the evaluation metrics, the evaluation hooks) of a batch's scores."""
+    # The histograms of mAP cannot place a NaN: say what it means instead.
+    scores = tf.debugging.check_numerics(
+        scores, 'the model outputs NaN or Inf in inference mode (a '
+        'diverged model, or one trained too briefly for its batch-norm moving averages)')
+    eval_metrics = metrics.multilabel_metrics(
+        labels, scores, parts.training.mask_thres, threshold=calibration.global_threshold(
+            parts.inference.threshold), class_masks=hierarchy_masks(derived.leaf_mask))
+    eval_metrics['cross_entropy'] = tf.metrics.mean(per_image)
+    hooks_ = [derived.score_hook(labels, scores)] if derived.score_hook else []
+    return eval_metrics, hooks_

@@ -1,184 +1,75 @@
-"""Training and evaluation with tf.estimator, from the run's options (train.py's flags as
-plain values, one attribute each: opts.batch_size, opts.model_dir, ...; see
-train.Options).
+"""Training with tf.estimator, from the run's settings (flags.Settings: train.py's flags
+in groups by concern; each helper takes the groups it reads).
 
 train: this worker's shard files (file_db) -> input_pipeline.input_fn -> the Estimator of
-model_fn.resnet_model_fn, to global step max_iter, evaluating every test_interval steps in
-train_and_eval mode; in a TF_CONFIG cluster tf.estimator.train_and_evaluate. evaluate: a
-checkpoint on test_iter batches of val. Errors: errors.UsageError before a graph exists,
+model_fn.resnet_model_fn (estimator.py), to global step max_iter, evaluating every
+test_interval steps in train_and_eval mode (evaluation.py); in a TF_CONFIG cluster
+tf.estimator.train_and_evaluate. Errors: errors.UsageError before a graph exists,
 errors.TrainingError (one line with what to do) after.
 """
 import contextlib
-import functools
-import logging
 import os
 import signal
 
 import tensorflow.compat.v1 as tf
-from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.framework import config as tf_config
 
-from mlimages.run import calibration
-from mlimages.run import checkpoints
+import file_db
+from mlimages import errors
+from mlimages.config import interpreter, run_settings
+from mlimages.data import records
 from mlimages.distributed import cluster_flags
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
 from mlimages.distributed import peers
 from mlimages.distributed import ps_server
-from mlimages.run import failures
-import file_db
-from mlimages.data import hierarchy
-from mlimages.run import hooks
-from mlimages.data import input_pipeline
+from mlimages.errors import PeerLost, TrainingError, UsageError
 from mlimages.model import memory
-from mlimages.run import model_fn
-from mlimages.model import precision
+from mlimages.run import checkpoints
+from mlimages.run import estimator as estimator_lib
+from mlimages.run import evaluation
+from mlimages.run import failures
+from mlimages.run import hooks
 from mlimages.run import preemption
-from mlimages.data import records
-import resnet
 from mlimages.run import run_dirs
 from mlimages.run import run_plan
-from mlimages.config import interpreter, run_settings
-from mlimages.errors import PeerLost, TrainingError, UsageError, op_error_text
 
 PROGRAM = 'train.py'  # the prefix of the line a second signal writes
 
 
-def training_steps(opts):
-    """--max_iter as the Estimator's max_steps: None (no end) for -1."""
-    return opts.max_iter if opts.max_iter > 0 else None
-
-
-def evaluation_batches(opts):
-    """--test_iter as the Estimator's evaluation steps: None (the whole val split) for 0."""
-    return opts.test_iter if opts.test_iter > 0 else None
-
-
-def data_format(opts, cpu_fallback=False):
-    """--data_format for the GPUs this process sees and --dtype (resnet.resolve_data_format)."""
-    return resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0, cpu_fallback,
-                                      opts.dtype)
-
-
-def augment_on(opts):
-    """--augment_on for the GPUs this process sees (input_pipeline.resolve_augment_on)."""
-    return input_pipeline.resolve_augment_on(opts.augment_on, devices.gpu_count() > 0)
-
-
-def model_run(opts, data_format, plan=None, warm_start=None):
-    """The model_fn.Run of this process: plan, the distribute.Plan of a training run (images
-    a step of this process and of the job, the task); warm_start, (checkpoint, names)."""
-    run = model_fn.Run(
-        data_format=data_format, cpu_input_grad=devices.gpu_count() == 0,
-        max_steps=training_steps(opts),
-        legacy_counters=checkpoints.has_legacy_counters(opts.model_dir),
-        leaf_mask=leaf_mask(opts.hierarchy, opts.class_num) if opts.hierarchy else None,
-        warm_start=warm_start)
-    if plan is None:
-        return run
-    return run._replace(images_per_step=plan.images_per_step,
-                        images_per_global_step=plan.images_per_global_step,
-                        worker_name=plan.task.label if plan.task else 'worker',
-                        job=plan.task is not None, head_shards=plan.head_shards,
-                        stop_together=plan.distribution == 'collective',
-                        checkpoint_dir=plan.own_checkpoint_dir(opts.model_dir))
-
-
-@functools.lru_cache(maxsize=2)
-def leaf_mask(path, class_num):
-    """--hierarchy: a tuple of class_num bools, true for the classes without children
-    (hierarchy.split_leaf_inner); raises UsageError (one line) for a bad file or another
-    class count."""
-    try:
-        tree = hierarchy.load(path)
-    except hierarchy.HierarchyError as e:
-        raise UsageError('--hierarchy: %s' % e)
-    if len(tree) != class_num:
-        raise UsageError('--hierarchy: ' + hierarchy.class_num_mismatch(tree, class_num))
-    return tuple(bool(x) for x in hierarchy.split_leaf_inner(tree)[0])
-
-
-def cluster_plan(opts):
-    """distribute.plan from the options and TF_CONFIG; raises UsageError."""
-    if opts.mode == 'train_and_eval' and distribute.current_task() is not None:
+def cluster_plan(mode, cluster, num_gpus, batch_size, model_dir):
+    """distribute.plan from the cluster group, --num_gpus, --batch_size and TF_CONFIG;
+    raises UsageError."""
+    if mode == 'train_and_eval' and distribute.current_task() is not None:
         raise UsageError('--mode=train_and_eval in a TF_CONFIG cluster is not implemented: '
                          'train with --mode=train and evaluate the checkpoints with '
                          '--mode=eval')
     try:
         # The process sees the GPUs devices.choose left visible (--visiable_gpu).
-        plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num,
-                               opts.worker_id, opts.batch_size, devices.gpu_count())
-        distribute.check_all_reduce_alg(opts.all_reduce_alg, plan.distribution)
+        plan = distribute.plan(cluster.distribution, num_gpus, cluster.worker_num,
+                               cluster.worker_id, batch_size, devices.gpu_count())
+        distribute.check_all_reduce_alg(cluster.all_reduce_alg, plan.distribution)
     except distribute.ConfigError as e:
         raise UsageError(str(e))
     if (plan.replicas > 1 or plan.distribution != 'none') and \
-            checkpoints.has_legacy_counters(opts.model_dir):
+            checkpoints.has_legacy_counters(model_dir):
         raise UsageError('%s holds a checkpoint of the original program (counters Variable, '
                          'Variable_1): it continues on one device only, not with %s' % (
-                             opts.model_dir, '--num_gpus=%d' % opts.num_gpus
+                             model_dir, '--num_gpus=%d' % num_gpus
                              if plan.replicas > 1
                              else '--distribution=%s' % plan.distribution))
     return plan
 
 
-def training_files(opts, plan):
-    """This worker's shard files, checked, and the record-level split (None, or
-    (workers, index) when there are fewer files than workers); raises
-    file_db.DataError / UsageError."""
-    files = file_db.list_shards(opts.data_dir, 'train', opts.file_pattern)
+def training_files(data, class_num, plan):
+    """This worker's shard files of the data group's --data_dir, checked, and the
+    record-level split (None, or (workers, index) when there are fewer files than
+    workers); raises errors.DataError / UsageError."""
+    files = file_db.list_shards(data.data_dir, 'train', data.file_pattern)
     share, record_shard = file_db.data_share(files, plan.worker_num, plan.worker_id)
-    records.check_label_length(share, opts.class_num, opts.label_type)
-    records.check_not_empty(files, os.path.join(opts.data_dir, 'train'))
+    records.check_label_length(share, class_num, data.label_type)
+    records.check_not_empty(files, os.path.join(data.data_dir, 'train'))
     return share, record_shard
-
-
-def evaluation_files(opts):
-    """All val shard files, checked like the training ones."""
-    files = file_db.list_shards(opts.data_dir, 'val', opts.file_pattern)
-    records.check_label_length(files, opts.class_num, opts.label_type)
-    records.check_not_empty(files, os.path.join(opts.data_dir, 'val'))
-    return files
-
-
-def session_config(opts, device_filters=(), fp16_on_cpu=False):
-    """The session options of training and evaluation (devices.session_config); with
-    --dtype=fp16 every session, evaluation's included, computes in mixed precision -- on
-    a CPU too with fp16_on_cpu (precision.fp16_on_cpu: TensorFlow's float16 emulation)."""
-    config = devices.session_config(opts.inter_op_threads, opts.intra_op_threads, opts.xla,
-                                    device_filters)
-    if opts.dtype == 'fp16':
-        rewrite = config.graph_options.rewrite_options
-        rewrite.auto_mixed_precision = rewriter_config_pb2.RewriterConfig.ON
-        if fp16_on_cpu:
-            rewrite.auto_mixed_precision_cpu = rewriter_config_pb2.RewriterConfig.ON
-    return config
-
-
-def make_estimator(opts, run, plan=None):
-    """The Estimator of this run: opts, the run's options; run, its model_fn.Run; plan, the
-    distribute.Plan of a training run (its strategy and cluster role)."""
-    # An evaluator is not a member of the cluster: a local session, no strategy.
-    cluster_member = plan is not None and not plan.evaluates
-    # What RunConfig does when it makes the session config: a ps-mode task sees only the
-    # ps tasks and itself, so it neither waits for nor depends on the other workers.
-    filters = (['/job:ps', '/job:%s/task:%d' % (plan.task.type, plan.task.index)]
-               if cluster_member and plan.distribution == 'ps' else [])
-    # A collective job's workers each run model_fn's saver (model_fn.saver_hook): none of
-    # TensorFlow's, which would read the global step again after every step.
-    collective = cluster_member and plan.distribution == 'collective'
-    run_config = tf.estimator.RunConfig(
-        tf_random_seed=opts.random_seed if opts.deterministic else None,
-        save_checkpoints_steps=None if collective else opts.snapshot,
-        save_checkpoints_secs=None, keep_checkpoint_max=opts.max_to_keep,
-        save_summary_steps=opts.summary_interval or opts.log_interval,
-        log_step_count_steps=opts.log_interval,
-        session_config=session_config(opts, filters, precision.fp16_on_cpu()),
-        train_distribute=distribute.train_distribute(
-            plan.distribution, opts.num_gpus, gpu_count=devices.gpu_count(),
-            all_reduce_alg=opts.all_reduce_alg)
-        if cluster_member else None)
-    return tf.estimator.Estimator(model_fn=model_fn.make_model_fn(opts, run),
-                                  model_dir=opts.model_dir, config=run_config)
 
 
 def resume_point(model_dir):
@@ -192,90 +83,11 @@ def resume_point(model_dir):
     checkpoints.recover(model_dir)
 
 
-def log_to_file(log_dir, name='train.log'):
-    """Copies TensorFlow's log (ours and the Estimator's) to <log_dir>/<name>."""
-    run_dirs.check_directory(log_dir, 'log_dir')
-    handler = logging.FileHandler(os.path.join(log_dir, name))
-    handler.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
-    logging.getLogger('tensorflow').addHandler(handler)
-
-
-def eval_input_fn(opts, files):
-    return lambda: input_pipeline.input_fn(opts, False, files, augment_on(opts))
-
-
-def training_input_fn(opts, files, record_shard=None):
-    """The training input_fn; under a strategy it is called once per worker and every
-    replica takes its own batch of --batch_size from it."""
-    return lambda: input_pipeline.input_fn(opts, True, files, augment_on(opts), record_shard)
-
-
-def cluster_eval_spec(opts, val_files):
-    """The EvalSpec an evaluator task follows: every new checkpoint of --model_dir, at most
-    one each --eval_throttle_secs, on --test_iter batches of val (0 = all); it stops after
-    the checkpoint of global step --max_iter."""
-    return tf.estimator.EvalSpec(eval_input_fn(opts, val_files),
-                                 steps=evaluation_batches(opts),
-                                 start_delay_secs=0, throttle_secs=opts.eval_throttle_secs)
-
-
-def format_metrics(results):
-    return ', '.join('%s = %.4f' % (k, v) for k, v in sorted(results.items())
-                     if k != 'global_step')
-
-
-def evaluation_checkpoint(opts):
-    """--checkpoint_path, else the latest checkpoint of --model_dir; raises UsageError."""
-    if opts.checkpoint_path:
-        return checkpoints.resolve_checkpoint(opts.checkpoint_path, 'checkpoint_path')
-    if not checkpoints.latest_checkpoint(opts.model_dir):
-        raise UsageError('no checkpoint to evaluate in --model_dir=%s (give '
-                         '--checkpoint_path)' % opts.model_dir)
-    return checkpoints.resolve_checkpoint(opts.model_dir, 'model_dir')
-
-
-def evaluate(opts, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
-    """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
-    Without an estimator: --checkpoint_path, else the latest in --model_dir; with
-    --threshold=calibrated also chooses the thresholds per class on these batches
-    (calibration.calibrate: thresholds.txt beside the checkpoint, F1 global vs calibrated
-    in the metrics)."""
-    collector = None
-    if estimator is None:
-        files = evaluation_files(opts)
-        checkpoint_path = evaluation_checkpoint(opts)
-        log_to_file(opts.log_dir)
-        run = model_run(opts, data_format(opts))
-        if opts.threshold == calibration.CALIBRATED:
-            collector = calibration.ScoreCollector(opts.mask_thres)
-            run = run._replace(score_hook=collector.hook)
-        estimator = make_estimator(opts, run)
-    checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(opts.model_dir)
-    checkpoints.check_checkpoint_head(checkpoint_path, opts.class_num)
-    try:
-        results = estimator.evaluate(eval_input_fn(opts, files),
-                                     steps=evaluation_batches(opts),
-                                     checkpoint_path=checkpoint_path, hooks=run_hooks)
-    except tf.errors.OpError as e:
-        raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
-    tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
-                    results['global_step'], opts.test_iter or 'all', format_metrics(results))
-    if collector is not None:
-        found, _, lines = calibration.calibrate(
-            collector, checkpoint_path, opts.threshold,
-            '%s val batches of %s (%s)' % (opts.test_iter or 'all', opts.data_dir,
-                                          os.path.basename(checkpoint_path)))
-        results.update(found)
-        for line in lines:
-            tf.logging.info('%s', line)
-    return results
-
-
-def remember_settings(model_dir, settings):
+def remember_settings(model_dir, flags_txt):
     """Writes the run's flags to <model_dir>/flags.txt (run_settings); a run that resumes
-    with other flags than the saved ones says which. settings: (header lines, flag
+    with other flags than the saved ones says which. flags_txt: (header lines, flag
     lines)."""
-    header, lines = settings
+    header, lines = flags_txt
     saved = run_settings.read(model_dir)
     if saved and checkpoints.latest_checkpoint(model_dir):
         changed = run_settings.changes(saved, lines)
@@ -287,42 +99,83 @@ def remember_settings(model_dir, settings):
                     path, interpreter.python_command(), path)
 
 
-def train(opts, settings=None, extra_hooks=()):
+def train(settings, flags_txt=None, extra_hooks=()):
     """Trains to global step --max_iter (evaluating every --test_interval steps in
-    train_and_eval mode); the options are validated (train.validate). settings: (header
+    train_and_eval mode); the settings are validated (train.validate). flags_txt: (header
     lines, flag lines) the chief writes to <model_dir>/flags.txt; extra_hooks: more
     SessionRunHooks of every training session. Returns the Estimator."""
-    plan = cluster_plan(opts)
+    plan = cluster_plan(settings.task.mode, settings.cluster, settings.devices.num_gpus,
+                        settings.data.batch_size, settings.output.model_dir)
     # ps tasks and an evaluator share the workers' flags but have no GPU: NHWC for them.
-    layout = data_format(opts, cpu_fallback=not plan.trains)
-    files, record_shard = ([], None) if opts.use_synthetic_data or not plan.trains else \
-        training_files(opts, plan)
-    val_files = (evaluation_files(opts) if opts.mode == 'train_and_eval' or plan.evaluates
-                 else None)
-    warm_start = pretrained_variables(opts, layout)
-    memory_line = memory_warning = None
+    settings = estimator_lib.for_this_process(settings, cpu_fallback=not plan.trains)
+    files, record_shard, val_files = input_files(settings, plan)
+    warm_start = pretrained_variables(settings.finetune, settings.model)
+    memory_lines = (None, None)
     if plan.trains:  # before anything is written: a replica that cannot fit is a usage error
-        memory_line, memory_warning = memory.preflight(
-            opts.resnet_size, opts.class_num, opts.batch_size, opts.image_size, opts.dtype,
-            memory.gpu_memory(devices.gpu_count() > 0), opts.memory_check)
+        memory_lines = memory.preflight(
+            settings.model.resnet_size, settings.model.class_num, settings.data.batch_size,
+            settings.model.image_size, settings.model.dtype,
+            memory.gpu_memory(devices.gpu_count() > 0), settings.devices.memory_check)
     chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
-    run_dirs.check_directory(opts.log_dir, 'log_dir')
+    open_directories(settings.output, plan, chief)
+    log_plan(settings, plan, chief, flags_txt)
+    log_inputs(settings, plan, files, record_shard, val_files)
+    log_model(settings, memory_lines)
+    checkpoints.check_checkpoint_head(
+        checkpoints.latest_checkpoint(settings.output.model_dir), settings.model.class_num)
+    derived = estimator_lib.derived_values(
+        settings, plan, log_fine_tuning(settings.finetune, settings.model.class_num,
+                                        settings.output.model_dir, warm_start))
+    estimator = estimator_lib.make_estimator(settings, derived, plan)
+    return train_with_hooks(estimator, settings, plan, chief, derived.legacy_counters,
+                            (files, record_shard, val_files), extra_hooks)
+
+
+def input_files(settings, plan):
+    """(this worker's training files, the record-level split, the val files) of the
+    task: no training files without training or with synthetic data, val files for
+    train_and_eval and an evaluator."""
+    data, class_num = settings.data, settings.model.class_num
+    files, record_shard = ([], None) if data.use_synthetic_data or not plan.trains else \
+        training_files(data, class_num, plan)
+    val_files = (evaluation.evaluation_files(data, class_num)
+                 if settings.task.mode == 'train_and_eval' or plan.evaluates else None)
+    return files, record_shard, val_files
+
+
+def open_directories(output, plan, chief):
+    """The log and model directories checked, the model directory locked by its one
+    trainer (the chief) and left as a resumable start, the log copied to a file."""
+    run_dirs.check_directory(output.log_dir, 'log_dir')
     if chief:  # one trainer a model directory; evaluators and other tasks only read it
-        run_dirs.check_directory(opts.model_dir, 'model_dir')
-        run_dirs.hold_lock(opts.model_dir, 'trainer')
-    log_to_file(opts.log_dir, plan.log_name)
+        run_dirs.check_directory(output.model_dir, 'model_dir')
+        run_dirs.hold_lock(output.model_dir, 'trainer')
+    estimator_lib.log_to_file(output.log_dir, plan.log_name)
     if chief:
-        resume_point(opts.model_dir)
+        resume_point(output.model_dir)
+
+
+def log_plan(settings, plan, chief, flags_txt):
+    """The task's role and devices, the epochs and start warnings of a trainer; an
+    independent run's claim of its --model_dir; the chief's flags.txt."""
+    model_dir = settings.output.model_dir
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
-                    distribute.describe_devices(plan, opts.batch_size), devices.gpu_count())
+                    distribute.describe_devices(plan, settings.data.batch_size),
+                    devices.gpu_count())
     if plan.trains:
-        tf.logging.info(run_plan.describe_epochs(opts, plan))
-        for line in run_plan.start_warnings(opts, plan, chief, run_plan.free_disk(opts.model_dir)):
+        tf.logging.info(run_plan.describe_epochs(settings.data, settings.schedule.max_iter,
+                                                 plan))
+        for line in run_plan.start_warnings(settings, plan, chief,
+                                            run_plan.free_disk(model_dir)):
             tf.logging.warning(line)
     if plan.task is None and plan.worker_num > 1:  # an independent run: its own model_dir
-        cluster_flags.claim_model_dir(opts.model_dir, plan.worker_id, plan.worker_num)
-    if settings and plan.trains and (plan.task is None or plan.task.type == 'chief'):
-        remember_settings(opts.model_dir, settings)
+        cluster_flags.claim_model_dir(model_dir, plan.worker_id, plan.worker_num)
+    if flags_txt and chief:
+        remember_settings(model_dir, flags_txt)
+
+
+def log_inputs(settings, plan, files, record_shard, val_files):
+    """Which files each worker reads (and how they are split), what an evaluator follows."""
     if plan.trains and record_shard:
         tf.logging.info('fewer shard files (%d) than workers (%d): split by record -- '
                         'worker %d reads every file and takes records %d, %d + %d, ... of '
@@ -334,78 +187,108 @@ def train(opts, settings=None, extra_hooks=()):
                         plan.worker_num, len(files),
                         ', '.join(os.path.basename(p) for p in files))
     if plan.evaluates:
+        test_iter, max_iter = settings.evaluation.test_iter, settings.schedule.max_iter
         tf.logging.info('evaluator: every new checkpoint of %s (at most one each %d s) on %s '
-                        'of the %d val shard files, until global step %s', opts.model_dir,
-                        opts.eval_throttle_secs, '%d batches' % opts.test_iter
-                        if opts.test_iter else 'all', len(val_files),
-                        opts.max_iter if opts.max_iter > 0 else 'infinity (never stops)')
+                        'of the %d val shard files, until global step %s',
+                        settings.output.model_dir, settings.evaluation.eval_throttle_secs,
+                        '%d batches' % test_iter if test_iter else 'all', len(val_files),
+                        max_iter if max_iter > 0 else 'infinity (never stops)')
+
+
+def log_model(settings, memory_lines):
+    """The model, input and precision lines, the memory estimate, the CPU share and the
+    learning-rate decay."""
+    model, data, training, devices_group = (settings.model, settings.data, settings.training,
+                                            settings.devices)
     tf.logging.info('data_format %s, ResNet-%d, %d classes, batch %d, image %d',
-                    layout, opts.resnet_size, opts.class_num, opts.batch_size,
-                    opts.image_size)
+                    model.data_format, model.resnet_size, model.class_num, data.batch_size,
+                    model.image_size)
     tf.logging.info('augmentation on %s, %s, dtype %s, XLA %s%s%s',
-                    augment_on(opts), devices.describe_decode_threads(opts.num_preprocess_threads),
-                    opts.dtype, 'on' if opts.xla else 'off',
-                    ', synthetic data (no file is read)' if opts.use_synthetic_data else '',
-                    ', deterministic (seed %d)' % opts.random_seed if opts.deterministic else '')
+                    data.augment_on, devices.describe_decode_threads(data.num_preprocess_threads),
+                    model.dtype, 'on' if devices_group.xla else 'off',
+                    ', synthetic data (no file is read)' if data.use_synthetic_data else '',
+                    ', deterministic (seed %d)' % training.random_seed
+                    if training.deterministic else '')
+    memory_line, memory_warning = memory_lines
     if memory_line:
         tf.logging.info('%s', memory_line)
     if memory_warning:
         tf.logging.warning('%s', memory_warning)
-    tf.logging.info(devices.describe_share(devices.cpu_share(), opts.inter_op_threads,
-                                           opts.intra_op_threads, opts.private_threads))
-    if opts.lr_decay_step == 0:
+    tf.logging.info(devices.describe_share(devices.cpu_share(), devices_group.inter_op_threads,
+                                           devices_group.intra_op_threads,
+                                           data.private_threads))
+    if settings.schedule.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
-                        'warm-up)', opts.lr)
-    checkpoints.check_checkpoint_head(checkpoints.latest_checkpoint(opts.model_dir),
-                                      opts.class_num)
-    run = model_run(opts, layout, plan, log_fine_tuning(opts, warm_start))
-    estimator = make_estimator(opts, run, plan)
+                        'warm-up)', settings.schedule.lr)
+
+
+def train_with_hooks(estimator, settings, plan, chief, legacy_counters, inputs, extra_hooks):
+    """Trains with the session hooks of the task (training_session_hooks), a failure said
+    in one line (failure_error); a ps task serves instead. Returns the Estimator."""
+    output, max_iter = settings.output, settings.schedule.max_iter
     tracker = hooks.StepTracker()
     preempt = preemption.Preemption(PROGRAM)
     stop_hook = preemption.StopHook(preempt)
-    watch = peers.for_task(plan, opts.peer_timeout, PROGRAM, tf.logging.info,
+    watch = peers.for_task(plan, settings.cluster.peer_timeout, PROGRAM, tf.logging.info,
                            tf.logging.warning)
-    run_hooks = [tracker] + ([hooks.PeerWatchHook(watch, tracker)] if watch else []) + [
-        hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
-    if plan.distribution == 'ps' and opts.max_iter > 0:
-        run_hooks.append(hooks.StopAtGlobalStepHook(opts.max_iter))
-    if run.legacy_counters:
+    run_hooks = training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hooks)
+    if legacy_counters:
         tf.logging.info('%s holds a checkpoint of the original program: its loss counters '
-                        'are read and written as %s', opts.model_dir,
+                        'are read and written as %s', output.model_dir,
                         ' and '.join(sorted(checkpoints.LEGACY_COUNTER_NAMES.values())))
     tf.logging.info('training to global step %s; checkpoints and TensorBoard events in %s',
-                    opts.max_iter if opts.max_iter > 0 else 'infinity', opts.model_dir)
+                    max_iter if max_iter > 0 else 'infinity', output.model_dir)
     try:
         with preempt if plan.trains else contextlib.nullcontext(), \
-                op_determinism(opts.deterministic):
+                op_determinism(settings.training.deterministic):
             if plan.task is not None and plan.task.type == 'ps':
                 serve_ps(estimator, plan, watch)
                 return estimator
-            train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks,
-                      stop_hook, preempt.requested)
-    except tf.errors.OpError as e:
-        if chief:  # a failed save's model.ckpt-N_temp/
-            run_dirs.remove_leftovers(opts.model_dir)
-        if failures.peer_failure(e, plan.distribution):
-            raise PeerLost(failures.describe_peer_failure(e, tracker.last_step))
-        raise TrainingError(failures.describe_failure(
-            e, opts, tracker.failed_step, memory_note=failures.out_of_memory_note(opts, e)))
-    except hooks.RestartLoop as e:
-        raise TrainingError(failures.describe_restart_loop(e.restarts, opts, tracker.failed_step))
-    except UnicodeDecodeError:
-        # TF quotes the raw bytes of an unparseable record in its error, which then fails
-        # to decode as text: all that is left to say is which kind of problem it was.
-        raise TrainingError(
-            'a record is not a tf.train.Example%s; find it with tools/check_tfrecords.py, '
-            'or train on with --skip_bad_records' % (
-                ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
+            train_all(estimator, settings, plan, inputs, run_hooks, stop_hook,
+                      preempt.requested)
+    except (tf.errors.OpError, errors.RestartLoop, UnicodeDecodeError) as e:
+        if chief and isinstance(e, tf.errors.OpError):  # a failed save's model.ckpt-N_temp/
+            run_dirs.remove_leftovers(output.model_dir)
+        raise failure_error(e, settings, plan, tracker)
     if preempt.requested():
-        raise failures.interrupted(preempt, opts, plan, tracker.last_step)
+        raise failures.interrupted(preempt, output.model_dir, plan, tracker.last_step)
     if plan.distribution == 'ps' and plan.trains:  # the ps end once the trainers are done
         ps_server.report_done(plan.task.cluster, plan.worker_id, tf.logging.warning)
     tf.logging.info('done; TensorBoard: %s --logdir %s', interpreter.script_command(
-        'tensorboard'), opts.model_dir)
+        'tensorboard'), output.model_dir)
     return estimator
+
+
+def training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hooks):
+    """The SessionRunHooks of every training session: the step tracker, the peer watch,
+    the restart limit, the stop on a signal, the extra ones, a ps job's stop at
+    --max_iter."""
+    run_hooks = [tracker] + ([hooks.PeerWatchHook(watch, tracker)] if watch else []) + [
+        hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
+    if plan.distribution == 'ps' and max_iter > 0:
+        run_hooks.append(hooks.StopAtGlobalStepHook(max_iter))
+    return run_hooks
+
+
+def failure_error(error, settings, plan, tracker):
+    """The errors.PeerLost or errors.TrainingError (one line) of an error that stopped
+    training: a TensorFlow op's, a restart loop's, an undecodable record's."""
+    if isinstance(error, errors.RestartLoop):
+        return TrainingError(failures.describe_restart_loop(
+            error.restarts, settings.output.model_dir, tracker.failed_step))
+    if isinstance(error, UnicodeDecodeError):
+        # TF quotes the raw bytes of an unparseable record in its error, which then fails
+        # to decode as text: all that is left to say is which kind of problem it was.
+        return TrainingError(
+            'a record is not a tf.train.Example%s; find it with tools/check_tfrecords.py, '
+            'or train on with --skip_bad_records' % (
+                ' (step %d)' % tracker.failed_step if tracker.failed_step else ''))
+    if failures.peer_failure(error, plan.distribution):
+        return PeerLost(failures.describe_peer_failure(error, tracker.last_step))
+    data, model = settings.data, settings.model
+    return TrainingError(failures.describe_failure(
+        error, tracker.failed_step, settings.output.model_dir, data, settings.devices, model,
+        memory_note=failures.out_of_memory_note(model, data.batch_size, error)))
 
 
 @contextlib.contextmanager
@@ -438,59 +321,62 @@ def serve_ps(estimator, plan, watch):
     ps_server.serve(server, plan.task.cluster, plan.task.index, watch, tf.logging.info)
 
 
-def train_all(estimator, opts, plan, files, record_shard, val_files, run_hooks, stop_hook,
-              stop):
+def train_all(estimator, settings, plan, inputs, run_hooks, stop_hook, stop):
     """The training of the mode: to --max_iter, or in train_and_eval mode in pieces of
-    --test_interval steps with an evaluation after each, until stop() (a signal)."""
+    --test_interval steps with an evaluation after each, until stop() (a signal).
+    inputs: (training files, record-level split, val files)."""
+    files, record_shard, val_files = inputs
+    max_iter, model_dir = settings.schedule.max_iter, settings.output.model_dir
+    input_fn = estimator_lib.training_input_fn(
+        settings.data, settings.model, files, estimator_lib.crop_seed(settings.training),
+        record_shard)
     if plan.distribution in ('ps', 'collective'):
         tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
-            training_input_fn(opts, files, record_shard),
-            max_steps=training_steps(opts), hooks=run_hooks),
-            cluster_eval_spec(opts, val_files))
-    elif opts.mode == 'train_and_eval':
-        step = checkpoints.estimator_step(opts.model_dir)
-        last = opts.max_iter if opts.max_iter > 0 else float('inf')
+            input_fn, max_steps=estimator_lib.training_steps(max_iter), hooks=run_hooks),
+            evaluation.cluster_eval_spec(settings, val_files))
+    elif settings.task.mode == 'train_and_eval':
+        test_interval = settings.evaluation.test_interval
+        step = checkpoints.estimator_step(model_dir)
+        last = max_iter if max_iter > 0 else float('inf')
         while step < last and not stop():
-            step = min(last, (step // opts.test_interval + 1) * opts.test_interval)
-            train_on(estimator, opts, files, run_hooks, step, record_shard)
+            step = min(last, (step // test_interval + 1) * test_interval)
+            estimator.train(input_fn=input_fn, max_steps=step, hooks=run_hooks)
             if not stop():
-                evaluate(opts, estimator, files=val_files, run_hooks=[stop_hook])
+                evaluation.evaluate(settings, estimator, files=val_files,
+                                    run_hooks=[stop_hook])
     else:
-        train_on(estimator, opts, files, run_hooks, training_steps(opts), record_shard)
+        estimator.train(input_fn=input_fn, max_steps=estimator_lib.training_steps(max_iter),
+                        hooks=run_hooks)
 
 
-def pretrained_variables(opts, data_format):
-    """Checks --pretrain_ckpt against the model; (checkpoint, names to warm-start) or None."""
-    if not opts.pretrain_ckpt:
+def pretrained_variables(finetune, model):
+    """Checks --pretrain_ckpt against the model (the flags.Model group, data_format
+    resolved); (checkpoint, names to warm-start) or None."""
+    if not finetune.pretrain_ckpt:
         return None
-    checkpoint = checkpoints.resolve_checkpoint(opts.pretrain_ckpt, 'pretrain_ckpt')
-    shapes = checkpoints.model_variable_shapes(opts.resnet_size, opts.class_num,
-                                               opts.image_size, data_format)
-    return checkpoint, checkpoints.warm_start_names(checkpoint, shapes, opts.resnet_size)
+    checkpoint = checkpoints.resolve_checkpoint(finetune.pretrain_ckpt, 'pretrain_ckpt')
+    shapes = checkpoints.model_variable_shapes(model.resnet_size, model.class_num,
+                                               model.image_size, model.data_format)
+    return checkpoint, checkpoints.warm_start_names(checkpoint, shapes, model.resnet_size)
 
 
-def log_fine_tuning(opts, warm_start):
+def log_fine_tuning(finetune, class_num, model_dir, warm_start):
     """Says what --pretrain_ckpt / --FixBlock2 do in this run; returns warm_start or None
     when model_dir's own checkpoint takes precedence (a restart)."""
-    if opts.FixBlock2:
+    if finetune.FixBlock2:
         tf.logging.info('FixBlock2: init and stages 0-1 are frozen (not trained, batch norm '
-                        'in %s mode)%s', opts.frozen_bn, '' if opts.pretrain_ckpt else
+                        'in %s mode)%s', finetune.frozen_bn, '' if finetune.pretrain_ckpt else
                         ' -- without --pretrain_ckpt they keep their random initialisation')
     if not warm_start:
         return None
-    if checkpoints.latest_checkpoint(opts.model_dir):
+    if checkpoints.latest_checkpoint(model_dir):
         tf.logging.info('--pretrain_ckpt is not used: %s already holds a checkpoint, training '
-                        'resumes from it', opts.model_dir)
+                        'resumes from it', model_dir)
         return None
     checkpoint, names = warm_start
     head = dict(tf.train.list_variables(checkpoint)).get('logits/dense/bias')
     tf.logging.info('fine-tuning from %s: %d variables restored (%d batch-norm moving '
                     'statistics); new head of %d classes%s', checkpoint, len(names),
-                    sum('moving_' in n for n in names), opts.class_num,
+                    sum('moving_' in n for n in names), class_num,
                     ' (the checkpoint\'s has %d)' % head[0] if head else '')
     return warm_start
-
-
-def train_on(estimator, opts, files, run_hooks, max_steps, record_shard=None):
-    estimator.train(input_fn=training_input_fn(opts, files, record_shard),
-                    max_steps=max_steps, hooks=run_hooks)
