@@ -14,7 +14,7 @@ from mlimages.data import hierarchy
 from mlimages.data import input_pipeline
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
-from mlimages.errors import UsageError
+from mlimages.errors import HierarchyError, UsageError
 from mlimages.model import precision
 from mlimages.run import checkpoints
 from mlimages.run import model_fn
@@ -65,7 +65,7 @@ def leaf_mask(path, class_num):
     class count."""
     try:
         tree = hierarchy.load(path)
-    except hierarchy.HierarchyError as e:
+    except HierarchyError as e:
         raise UsageError('--hierarchy: %s' % e)
     if len(tree) != class_num:
         raise UsageError('--hierarchy: ' + hierarchy.class_num_mismatch(tree, class_num))

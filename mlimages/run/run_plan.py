@@ -45,7 +45,7 @@ def job(cluster, num_gpus, batch_size, environ):
         plan = distribute.plan(cluster.distribution, num_gpus, cluster.worker_num,
                                cluster.worker_id, batch_size, num_gpus, environ)
         distribute.check_all_reduce_alg(cluster.all_reduce_alg, plan.distribution)
-    except distribute.ConfigError as e:
+    except errors.ConfigError as e:
         raise UsageError(str(e))
     return plan, plan.replicas
 

@@ -49,7 +49,7 @@ def cluster_plan(mode, cluster, num_gpus, batch_size, model_dir):
         plan = distribute.plan(cluster.distribution, num_gpus, cluster.worker_num,
                                cluster.worker_id, batch_size, devices.gpu_count())
         distribute.check_all_reduce_alg(cluster.all_reduce_alg, plan.distribution)
-    except distribute.ConfigError as e:
+    except errors.ConfigError as e:
         raise UsageError(str(e))
     if (plan.replicas > 1 or plan.distribution != 'none') and \
             checkpoints.has_legacy_counters(model_dir):
