@@ -58,12 +58,13 @@ from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measure
 
 # ------------------------------------------------------------------------------ steps
 
-def step_options(args):
-    """train.py's options (flags.defaults) with the benchmark's model, batch and input."""
+def step_settings(args):
+    """train.py's settings (flags.default_settings) with the benchmark's model, batch and
+    input."""
     import flags
-    return flags.defaults()._replace(
-        resnet_size=args.resnet_size, class_num=args.class_num, lr=0.01,
-        batch_size=args.step_batch_size, image_size=args.step_image_size,
+    return flags.replace(
+        flags.default_settings(), resnet_size=args.resnet_size, class_num=args.class_num,
+        lr=0.01, batch_size=args.step_batch_size, image_size=args.step_image_size,
         shuffle_buffer=args.shuffle_buffer, num_preprocess_threads=args.num_preprocess_threads,
         private_threads=args.private_threads, dtype=args.dtype)
 
@@ -77,7 +78,10 @@ def build_step(name, files, args, literal_model=False, xla=None):
     tf = common.tensorflow()
     from mlimages.data import input_pipeline
     from mlimages.run import model_fn
-    opts = step_options(args)._replace(use_synthetic_data=name.startswith('synthetic'))
+    import flags
+    # TRANSITION (#41): input_fn and model_fn take an Options until they take the groups.
+    opts = flags.as_options(flags.replace(step_settings(args),
+                                          use_synthetic_data=name.startswith('synthetic')))
     xla = args.xla if xla is None else xla
     graph = tf.Graph()
     with graph.as_default():
@@ -173,7 +177,7 @@ def main(argv=None):
     startup.check_versions('benchmark.py')
     args = build_parser().parse_args(argv)
     import flags as flags_lib  # absl only; TensorFlow comes later
-    args.defaults = flags_lib.defaults()  # the trainer's settings the pipelines start from
+    args.defaults = flags_lib.default_settings()  # the trainer's settings the pipelines start from
     flags = os.environ.get('TF_XLA_FLAGS', '')
     if '--tf_xla_cpu_global_jit' not in flags:
         # Only read when a session asks for global JIT (--xla); harmless otherwise.

@@ -50,7 +50,7 @@ def build_parser():
                     'train.py: OUTPUT.npy (float32, one row per image) and a text file of '
                     'the image names in row order.',
         epilog=predict_args.EXIT_STATUS + ' With exit status 1 or 2 no file is written.')
-    predict_args.add_model_arguments(parser, flags.defaults())
+    predict_args.add_model_arguments(parser, flags.default_settings().model)
     predict_args.add_image_arguments(parser)
     group = parser.add_argument_group('output')
     group.add_argument('-o', '--output', '--result', required=True, metavar='FILE',
@@ -103,7 +103,7 @@ def main(argv=None):
     pca_file = args.pca or (
         (args.output[:-4] if args.output.endswith('.npy') else args.output) + '.pca.npz')
 
-    def work(serving, predictor, images, settings):
+    def work(serving, predictor, images, chosen):
         runs = common.checkout_module('mlimages.inference.runs')
         if args.format == 'original':
             counts = runs.run_extract_features_text(predictor, images, args.output,
@@ -128,9 +128,10 @@ def main(argv=None):
     # Features do not depend on how the scores are read: no label type.
     try:
         result = predict_args.with_predictor(
-            args, flags.defaults(), work, error, PROG,
+            args, flags.default_settings().model,
+            flags.default_settings().data, work, error, PROG,
             list_separator=' ' if args.format == 'original' else None,
-            settings=[name for name in predict_args.SETTINGS if name != 'label_type'])
+            names=[name for name in predict_args.SETTINGS if name != 'label_type'])
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
         words, status = stopped(exc)
         error('%s; %s' % (words, predict_args.unfinished_output(args.output)))

@@ -73,7 +73,7 @@ F(['train.py', '--resnet_size=%s' % sys.argv[2], '--class_num=%s' % sys.argv[3],
    '--image_size=%s' % sys.argv[4], '--batch_size=2', '--num_gpus=%d' % R,
    '--use_synthetic_data', '--data_format=NHWC', '--visiable_gpu=-1', '--max_iter=1',
    '--model_dir=' + sys.argv[5], '--dtype=' + sys.argv[6]] + sys.argv[8:])
-opts = flags_lib.options(F)
+opts = flags_lib.as_options(flags_lib.settings(F))  # TRANSITION (#41): training's Options
 plan = distribute.plan('none', R, 1, 0, 2, R, {})
 estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
 estimator._session_config.device_count['CPU'] = R

@@ -71,9 +71,10 @@ def measure(tf, depth, batch, image, class_num, dtype):
     from mlimages.data import input_pipeline
     from mlimages.distributed import devices
     from mlimages.run import model_fn
-    opts = flags_lib.defaults()._replace(
-        resnet_size=depth, batch_size=batch, image_size=image, class_num=class_num,
-        dtype=dtype, use_synthetic_data=True)
+    settings = flags_lib.replace(
+        flags_lib.default_settings(), resnet_size=depth, batch_size=batch, image_size=image,
+        class_num=class_num, dtype=dtype, use_synthetic_data=True)
+    opts = flags_lib.as_options(settings)  # TRANSITION (#41): model_fn's Options
     run = model_fn.Run(
         data_format='channels_last', images_per_step=batch, images_per_global_step=batch,
         max_steps=None, worker_name='worker', job=False, legacy_counters=False,

@@ -59,7 +59,8 @@ def main(argv=None):
     values.unparse_flags()  # the Flag objects are train.py's: no value of an earlier parse
     try:
         values([PROG] + train_flags)
-        opts = flags_lib.options(values)
+        # TRANSITION (#41): run_plan and the checks take an Options until they take groups.
+        opts = flags_lib.as_options(flags_lib.settings(values))
         flags_lib.validate(opts)
         plan, gpus = run_plan.job(opts, dict(os.environ))
         images = run_plan.training_images(opts, args.train_images)

@@ -54,7 +54,7 @@ def build_parser():
                     'score, positive, name), or JSON lines, one object per image '
                     '({"image", "top_k": [{"class", "score", "name"}], "positives": [...]}).',
         epilog=predict_args.EXIT_STATUS)
-    predict_args.add_model_arguments(parser, flags.defaults())
+    predict_args.add_model_arguments(parser, flags.default_settings().model)
     predict_args.add_image_arguments(parser)
     group = parser.add_argument_group('output')
     group.add_argument('--class_dict', '--dictionary', metavar='FILE', dest='class_dict',
@@ -131,9 +131,9 @@ def main(argv=None):
         error(e)
         return 2
 
-    def work(serving, predictor, images, settings):
+    def work(serving, predictor, images, chosen):
         # A model trained with --label_type=single is scored by softmax, as --single_label.
-        single = args.single_label or settings.get('label_type') == 'single'
+        single = args.single_label or chosen.get('label_type') == 'single'
         if single and args.threshold is not None:
             raise serving.UsageError(
                 '--threshold is for multi-label scores; %s was trained with '
@@ -159,7 +159,8 @@ def main(argv=None):
     names = [name for name in predict_args.SETTINGS
              if name != 'label_type' or args.format != 'original']
     try:
-        result = predict_args.with_predictor(args, flags.defaults(), work, error, PROG,
+        result = predict_args.with_predictor(args, flags.default_settings().model,
+            flags.default_settings().data, work, error, PROG,
                                              args.top_k,
                                              '\t' if args.format == 'original' else None, names)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback

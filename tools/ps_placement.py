@@ -75,7 +75,7 @@ def placement(ps_tasks, argv):
     F = flags_lib.FLAGS
     F.unparse_flags()
     F(['train.py'] + list(argv))
-    opts = flags_lib.options(F)
+    opts = flags_lib.as_options(flags_lib.settings(F))  # TRANSITION (#41): training's Options
     config = fake_cluster(ps_tasks)
     plan = distribute.plan('ps', 1, 1, 0, opts.batch_size, 0, {'TF_CONFIG': config})
     run = training.model_run(opts, 'channels_last', plan)
