@@ -15,6 +15,7 @@ from PIL import Image
 
 import flags
 import image_preprocess
+from mlimages import errors
 from mlimages.run import model_fn
 from mlimages.inference import export, saved_models, serving
 import train  # noqa: F401 (graph mode, as train.py runs)
@@ -630,9 +631,9 @@ def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, 
         latest.close()
     for bad, fragment in ((first_version, 'is itself a SavedModel'),
                           (str(tmp_path), 'something other than SavedModel versions')):
-        with pytest.raises(serving.UsageError, match=fragment):
+        with pytest.raises(errors.UsageError, match=fragment):
             export.export_saved_model(checkpoint, bad, model)
-    with pytest.raises(serving.UsageError, match='nor a base directory of versions'):
+    with pytest.raises(errors.UsageError, match='nor a base directory of versions'):
         saved_models.resolve_saved_model(str(tmp_path / 'empty'))
 
 

@@ -104,15 +104,15 @@ def main(argv=None):
         (args.output[:-4] if args.output.endswith('.npy') else args.output) + '.pca.npz')
 
     def work(serving, predictor, images, chosen):
-        runs = common.checkout_module('mlimages.inference.runs')
+        batch_outputs = common.checkout_module('mlimages.inference.batch_outputs')
         if args.format == 'original':
-            counts = runs.run_extract_features_text(predictor, images, args.output,
+            counts = batch_outputs.extract_features_text_to(predictor, images, args.output,
                                                     args.batch_size, PROG)
             return counts + (predictor.feature_dim, None)
         pca_lib = common.checkout_module('mlimages.inference.pca')
         saved = (pca_lib.load(args.pca, predictor.feature_dim)
                  if args.pca and not args.pca_dim else None)
-        processed, skipped, pca = runs.run_extract_features(
+        processed, skipped, pca = batch_outputs.extract_features_to(
             predictor, images, args.output, args.names, args.batch_size, PROG, pca=saved,
             fit_pca=(args.pca_dim, pca_file) if args.pca_dim else None)
         dim = predictor.feature_dim if pca is None else len(pca.components)

@@ -151,8 +151,8 @@ def main(argv=None):
                 raise serving.UsageError(hierarchy_lib.class_num_mismatch(
                     tree, predictor.class_num, "the model's class count"))
             names = names or [' '.join(name.split()) for name in tree.names]
-        runs = common.checkout_module('mlimages.inference.runs')
-        return runs.run_predict(predictor, images, args.output, args.format,
+        batch_outputs = common.checkout_module('mlimages.inference.batch_outputs')
+        return batch_outputs.predict_to(predictor, images, args.output, args.format,
                                 args.batch_size, args.top_k, threshold, names, PROG,
                                 tree, args.consistent)
 
