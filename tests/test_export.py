@@ -23,8 +23,8 @@ from mlimages.run import calibration, training
 import train  # noqa: F401 (graph mode, as train.py runs)
 from helpers import CLASSES, ENV, ROOT, options, run_main, train_model
 from references import f1_optimal_thresholds
-from tools import export_onnx
-from tools import predict as predict_tool
+from mlimages.cli import export_onnx
+from mlimages.cli import predict as predict_tool
 
 pytestmark = pytest.mark.slow
 

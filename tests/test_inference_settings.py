@@ -137,9 +137,9 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     tool without --image_size gives the features of the trained size, not of 224; the
     export keeps the training run's flags.txt."""
     from references import multilabel_metrics
-    from tools import extract_features
+    from mlimages.cli import extract_features
     from mlimages.recordkit import make_tfrecords
-    from tools import predict as predict_tool
+    from mlimages.cli import predict as predict_tool
     from mlimages.inference import saved_models
     rng = np.random.default_rng(26)
     root = str(tmp_path)

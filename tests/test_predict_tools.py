@@ -11,8 +11,8 @@ import tensorflow.compat.v1 as tf
 import flags as flags_lib
 from mlimages.cli import predict_args
 from mlimages.inference import serving
-from tools import extract_features
-from tools import predict as predict_tool
+from mlimages.cli import extract_features
+from mlimages.cli import predict as predict_tool
 from helpers import empty_dir, run_main, write_text
 
 DEFAULT_GROUPS = (flags_lib.default_settings().model, flags_lib.default_settings().data)

@@ -20,8 +20,8 @@ from mlimages.run import model_fn
 from mlimages.inference import export, saved_models, serving
 import train  # noqa: F401 (graph mode, as train.py runs)
 from helpers import CLASSES, options, run_main, run_train, train_model
-from tools import extract_features
-from tools import predict as predict_tool
+from mlimages.cli import extract_features
+from mlimages.cli import predict as predict_tool
 
 
 def model_group(**given):
