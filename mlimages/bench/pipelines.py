@@ -203,7 +203,7 @@ def build_pipeline(name, files, args):
     return Measured(name, graph, fetch, iterator.initializer, args.batch_size)
 
 
-# ------------------------------------------------------------------------------- runs
+# ---------------------------------------------------------------------------- measures
 
 def run_turns(measured, repeats, warmup_runs, seconds, min_runs, label):
     for turn in range(repeats):
