@@ -187,7 +187,7 @@ def check_launcher(args):
 
 def check_plan_run(args):
     """tools/plan_run.py's parsing and planning, up to the figures."""
-    from tools import plan_run
+    from mlimages.cli import plan_run
     from mlimages.run import run_plan
     own, train_flags = plan_run.build_parser().parse_known_args(args)
     opts = parse(train_flags)
@@ -198,8 +198,8 @@ def check_plan_run(args):
 
 def tool_parsers():
     """{program: parse(arguments)} with each tool's own parser, as its main parses."""
-    from tools import (benchmark, export_onnx, extract_features, graph_size, memory_peak,
-                       predict, ps_placement)
+    from mlimages.bench import benchmark, graph_size, memory_peak, ps_placement
+    from mlimages.cli import export_onnx, extract_features, predict
     from mlimages.recordkit import (check_tfrecords, convert_tfrecords, img2dataset_to_list,
                                     make_image_list, make_options, urls_to_img2dataset)
     plain = lambda build: lambda a: build().parse_args(a)

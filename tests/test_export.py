@@ -17,13 +17,14 @@ import tensorflow.compat.v1 as tf
 from tensorflow.core.framework import variable_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
+import flags
 from mlimages.inference import export, onnx_export, saved_models, serving
 from mlimages.run import calibration, training
 import train  # noqa: F401 (graph mode, as train.py runs)
 from helpers import CLASSES, ENV, ROOT, options, run_main, train_model
 from references import f1_optimal_thresholds
-from tools import export_onnx
-from tools import predict as predict_tool
+from mlimages.cli import export_onnx
+from mlimages.cli import predict as predict_tool
 
 pytestmark = pytest.mark.slow
 
@@ -229,8 +230,8 @@ def test_tf2_fine_tune_onnx_and_the_docs_snippets_as_written(exported, jpegs, tm
     facts = json.loads(facts_file.read_text())
 
     with tf.Graph().as_default():
-        serving.build_inference_graph(options(resnet_size=18, class_num=CLASSES,
-                                              image_size=IMAGE_SIZE), 'channels_last')
+        serving.build_inference_graph(flags.default_settings().model._replace(
+            resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE), 'channels_last')
         model_variables = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
         trainable = sorted(v.op.name for v in tf.trainable_variables())
     reader = tf.train.load_checkpoint(os.path.join(model_dir, 'model.ckpt-2'))
@@ -313,7 +314,8 @@ def test_calibrated_thresholds_from_eval_to_predict_and_the_saved_model(exported
     assert status == 0, err
     base = str(tmp_path / 'calibrated')
     version = export.export_saved_model(
-        checkpoint, base, options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE),
+        checkpoint, base, flags.default_settings().model._replace(
+            resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE),
         calibrated=path)
     assert open(os.path.join(version, saved_models.THRESHOLDS_FILE)).read() == \
         open(path).read()

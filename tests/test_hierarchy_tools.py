@@ -313,7 +313,7 @@ def short_path(c, parents=PARENTS):
 
 
 def predict(tmp_path, fmt, consistent, threshold=0.5, top_k=CLASSES):
-    from mlimages.inference import runs
+    from mlimages.inference import batch_outputs
     images = []
     for i in range(3):
         path = tmp_path / ('%d.jpg' % i)
@@ -321,8 +321,8 @@ def predict(tmp_path, fmt, consistent, threshold=0.5, top_k=CLASSES):
         images.append((path.name, str(path)))
     h = H.load(str(write_hierarchy(tmp_path / 'h.txt')))
     out = tmp_path / ('out.' + fmt)
-    runs.run_predict(RandomScores(), images, str(out), fmt, 2, top_k, threshold,
-                     None, 'test', h, consistent)
+    batch_outputs.predict_to(RandomScores(), images, str(out), fmt, 2, top_k, threshold,
+                             None, 'test', h, consistent)
     raw = [RandomScores().run([b'x' * (i + 1)], ['scores', 'probabilities'])
            for i in range(3)]
     return out.read_text(), h, raw
@@ -451,14 +451,14 @@ def test_published_file_in_predict(published, tmp_path):
     """11,166 random scores made consistent: monotone along every path of the published
     tree; every path ends at one of its 4 roots."""
     import json
-    from mlimages.inference import runs
+    from mlimages.inference import batch_outputs
     parents, names = published
     image = tmp_path / 'a.jpg'
     image.write_bytes(b'xy')
     out = tmp_path / 'out.jsonl'
-    runs.run_predict(RandomScores(len(parents)), [('a.jpg', str(image))], str(out),
-                     'jsonl', 1, len(parents), 0.5, None, 'test', H.load(str(PUBLISHED)),
-                     True)
+    batch_outputs.predict_to(RandomScores(len(parents)), [('a.jpg', str(image))], str(out),
+                             'jsonl', 1, len(parents), 0.5, None, 'test',
+                             H.load(str(PUBLISHED)), True)
     record = json.loads(out.read_text())
     score = np.zeros(len(parents))
     for e in record['top_k']:

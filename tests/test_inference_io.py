@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
+from mlimages import errors
 from mlimages.inference import inference_io
-from mlimages.inference import serving
 from helpers import empty_dir, write_text
 
 ML_IMAGES_DICT = ('category_index\tcategory_id\tindex_of_parent_category\tcategory name\n'
@@ -72,9 +72,9 @@ def test_bad_dictionaries_name_the_line(tmp_path, text, fragment):
 
 def test_dictionary_class_count_must_match_the_model(tmp_path):
     path = write_text(tmp_path / 'dict.txt', ML_IMAGES_DICT)
-    with pytest.raises(serving.UsageError, match='has 4 classes, the model has 5'):
+    with pytest.raises(errors.UsageError, match='has 4 classes, the model has 5'):
         inference_io.load_class_names(path, 5)
-    with pytest.raises(serving.UsageError, match='does not exist'):
+    with pytest.raises(errors.UsageError, match='does not exist'):
         inference_io.load_class_names(str(tmp_path / 'none.txt'))
 
 
@@ -95,9 +95,9 @@ def test_directories_give_their_images_recursively_in_natural_order(tmp_path):
     names = [name for name, _ in inference_io.collect_images([root, 'other.jpg'])]
     assert names == [os.path.join(root, 'img2.JPEG'), os.path.join(root, 'img10.jpg'),
                      os.path.join(root, 'sub', 'img1.png'), 'other.jpg']
-    with pytest.raises(serving.UsageError, match='no images found in'):
+    with pytest.raises(errors.UsageError, match='no images found in'):
         inference_io.collect_images([empty_dir(tmp_path)])
-    with pytest.raises(serving.UsageError, match='no images given'):
+    with pytest.raises(errors.UsageError, match='no images given'):
         inference_io.collect_images()
 
 
@@ -151,7 +151,7 @@ def test_original_reading_of_the_ml_images_dictionary_gives_wordnet_ids(tmp_path
     path = write_text(tmp_path / 'dict.txt', ML_IMAGES_DICT)
     assert inference_io.load_original_class_names(path, 4) == [
         'n00002452', 'n00020827', 'n00002684', 'n05220461']
-    with pytest.raises(serving.UsageError, match='has no line for class 4 \\(of 5\\)'):
+    with pytest.raises(errors.UsageError, match='has no line for class 4 \\(of 5\\)'):
         inference_io.load_original_class_names(path, 5)
     bad = write_text(tmp_path / 'bad.txt', '0 tench\n')
     with pytest.raises(Exception, match='line 1: expected "index<TAB>name"'):

@@ -14,7 +14,7 @@ from mlimages.inference import inference_settings
 from mlimages.errors import UsageError
 from helpers import build_records, run_main, run_train, write_lines
 
-DEFAULTS = flags.defaults()._asdict()
+DEFAULTS = dict(flags.flat(flags.default_settings()))
 TRAINED = ['# train.py run started ...', '--image_size=48', '--resnet_size=18',
            '--class_num=12', '--batch_norm_epsilon=0.001', '--label_type=multi',
            '--hierarchy=', '--lr=0.001']
@@ -49,21 +49,21 @@ def test_a_bad_value_in_flags_txt_is_one_line_naming_the_file(tmp_path):
 def test_given_wins_with_a_warning_trained_else_default(tmp_path):
     model_dir = model_dir_with(tmp_path, TRAINED[:2] + TRAINED[3:4])  # no resnet_size
     source = os.path.join(model_dir, 'flags.txt')
-    opts, lines = inference_settings.for_options(
-        flags.defaults(), {'image_size'}, model_dir, ('image_size', 'class_num', 'resnet_size'))
-    assert (opts.image_size, opts.class_num, opts.resnet_size) == (224, 12, 101)
+    values, lines = inference_settings.checkpoint_settings(
+        DEFAULTS, {'image_size'}, model_dir, ('image_size', 'class_num', 'resnet_size'))
+    assert (values['image_size'], values['class_num'], values['resnet_size']) == (224, 12, 101)
     assert lines == [
         'inference settings: image_size 224 (given), class_num 12, resnet_size 101 '
         '(default: not in flags.txt) (trained: %s)' % source,
         'warning: --image_size=224 differs from the trained --image_size=48 (%s)' % source]
     # The same given value as the trained one: no warning.
-    opts, lines = inference_settings.for_options(
-        flags.defaults()._replace(image_size=48), {'image_size'}, model_dir, ('image_size',))
-    assert opts.image_size == 48 and len(lines) == 1
+    values, lines = inference_settings.checkpoint_settings(
+        dict(DEFAULTS, image_size=48), {'image_size'}, model_dir, ('image_size',))
+    assert values['image_size'] == 48 and len(lines) == 1
     # No flags.txt: the defaults, and the line says so.
-    opts, lines = inference_settings.for_options(flags.defaults(), set(), str(tmp_path),
-                                                 ('image_size', 'class_num'))
-    assert opts == flags.defaults()
+    values, lines = inference_settings.checkpoint_settings(DEFAULTS, set(), str(tmp_path),
+                                                           ('image_size', 'class_num'))
+    assert flags.replace(flags.default_settings(), **values) == flags.default_settings()
     assert lines == ['inference settings: image_size 224, class_num 1000 (defaults: no '
                      'flags.txt beside %s)' % tmp_path]
 
@@ -72,22 +72,22 @@ def test_a_trained_hierarchy_that_is_gone_is_a_warning_and_left_out(tmp_path):
     tree = tmp_path / 'tree.txt'
     tree.write_text('x')
     model_dir = model_dir_with(tmp_path, ['--hierarchy=%s' % tree])
-    opts, lines = inference_settings.for_options(flags.defaults(), set(), model_dir,
-                                                 ('hierarchy',))
-    assert opts.hierarchy == str(tree) and len(lines) == 1
+    values, lines = inference_settings.checkpoint_settings(DEFAULTS, set(), model_dir,
+                                                           ('hierarchy',))
+    assert values['hierarchy'] == str(tree) and len(lines) == 1
     tree.unlink()
-    opts, lines = inference_settings.for_options(flags.defaults(), set(), model_dir,
-                                                 ('hierarchy',))
-    assert opts.hierarchy == ''
+    values, lines = inference_settings.checkpoint_settings(DEFAULTS, set(), model_dir,
+                                                           ('hierarchy',))
+    assert values['hierarchy'] == ''
     assert lines[1].startswith('warning: the trained --hierarchy=%s (' % tree)
 
 
 def test_a_saved_model_records_the_training_run_or_the_exports_settings(tmp_path):
     model_dir = model_dir_with(tmp_path)
-    record = inference_settings.export_record(flags.defaults(),
-                                              os.path.join(model_dir, 'model.ckpt-3'))
+    values = inference_settings.setting_values(flags.default_settings())
+    record = inference_settings.export_record(values, os.path.join(model_dir, 'model.ckpt-3'))
     assert record[1:] == TRAINED and record[0].startswith('# flags.txt of the run')
-    record = inference_settings.export_record(flags.defaults(), str(tmp_path / 'model.ckpt'))
+    record = inference_settings.export_record(values, str(tmp_path / 'model.ckpt'))
     assert '--image_size=224' in record and record[0].startswith('# no flags.txt beside')
 
 
@@ -137,8 +137,8 @@ def test_inference_matches_eval_with_the_trained_settings_and_none_given(tmp_pat
     tool without --image_size gives the features of the trained size, not of 224; the
     export keeps the training run's flags.txt."""
     from references import multilabel_metrics
-    from tools import extract_features
-    from tools import predict as predict_tool
+    from mlimages.cli import extract_features
+    from mlimages.cli import predict as predict_tool
     from mlimages.inference import saved_models
     rng = np.random.default_rng(26)
     root = str(tmp_path)

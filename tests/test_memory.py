@@ -12,7 +12,7 @@ import resnet
 from helpers import ENV, run_program
 from mlimages.errors import UsageError
 from mlimages.model import memory
-from tools import memory_peak
+from mlimages.bench import memory_peak
 
 GB = memory.GB
 BOUND = 0.20  # the issue's: within 20 % of the measured peak

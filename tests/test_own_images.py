@@ -302,7 +302,7 @@ def run_page_command(tokens, capsys):
     if program == 'tools/make_tfrecords.py':
         from mlimages.recordkit import make_command as module
     elif program == 'tools/predict.py':
-        from tools import predict as module
+        from mlimages.cli import predict as module
     else:
         assert program == 'tools/make_image_list.py', program
         module = tool

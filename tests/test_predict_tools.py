@@ -11,9 +11,11 @@ import tensorflow.compat.v1 as tf
 import flags as flags_lib
 from mlimages.cli import predict_args
 from mlimages.inference import serving
-from tools import extract_features
-from tools import predict as predict_tool
+from mlimages.cli import extract_features
+from mlimages.cli import predict as predict_tool
 from helpers import empty_dir, run_main, write_text
+
+DEFAULT_GROUPS = (flags_lib.default_settings().model, flags_lib.default_settings().data)
 
 
 class FakePredictor(object):
@@ -177,7 +179,7 @@ def test_a_checkpoints_settings_come_from_the_flags_txt_beside_it(tmp_path):
     source = str(model / 'flags.txt')
     parse = predict_tool.build_parser().parse_intermixed_args
     args = parse(['--checkpoint', str(model / 'model.ckpt-5'), 'x.jpg'])
-    values, lines = predict_args.choose_settings(args, list(predict_args.SETTINGS), flags_lib.defaults())
+    values, lines = predict_args.chosen_settings(args, list(predict_args.SETTINGS), *DEFAULT_GROUPS)
     assert values == {'image_size': 64, 'resnet_size': None, 'class_num': 3,
                       'batch_norm_epsilon': 1e-5, 'label_type': 'single'}
     assert lines == ['inference settings: image_size 64, resnet_size from the checkpoint, '
@@ -185,10 +187,10 @@ def test_a_checkpoints_settings_come_from_the_flags_txt_beside_it(tmp_path):
                      'label_type single (trained: %s)' % source]
     write_text(model / 'flags.txt', '--image_size=64\n--label_type=multi\n')
     args = parse(['--checkpoint', str(model), '--image_size', '224', '--single_label', 'x'])
-    values, lines = predict_args.choose_settings(args, ['image_size', 'label_type'], flags_lib.defaults())
+    values, lines = predict_args.chosen_settings(args, ['image_size', 'label_type'], *DEFAULT_GROUPS)
     assert values == {'image_size': 224, 'label_type': 'single'}
     assert lines[1:] == [
         'warning: --image_size=224 differs from the trained --image_size=64 (%s)' % source,
         'warning: --single_label differs from the trained --label_type=multi (%s)' % source]
     args = parse(['--saved_model', str(model), 'x.jpg'])
-    assert predict_args.choose_settings(args, list(predict_args.SETTINGS), flags_lib.defaults()) == ({}, [])
+    assert predict_args.chosen_settings(args, list(predict_args.SETTINGS), *DEFAULT_GROUPS) == ({}, [])

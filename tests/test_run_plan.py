@@ -16,7 +16,7 @@ import references
 from helpers import ROOT, model_parts, run_main
 from mlimages.model import memory
 from mlimages.run import model_fn, run_plan
-from tools import plan_run
+from mlimages.cli import plan_run
 
 ML_IMAGES, IMAGENET = 17609752, 1281167
 RECIPES = sorted(glob.glob(os.path.join(ROOT, 'docs', 'recipes', '*.flags')))

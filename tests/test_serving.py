@@ -13,13 +13,21 @@ import pytest
 import tensorflow.compat.v1 as tf
 from PIL import Image
 
+import flags
 import image_preprocess
+from mlimages import errors
 from mlimages.run import model_fn
 from mlimages.inference import export, saved_models, serving
 import train  # noqa: F401 (graph mode, as train.py runs)
 from helpers import CLASSES, options, run_main, run_train, train_model
-from tools import extract_features
-from tools import predict as predict_tool
+from mlimages.cli import extract_features
+from mlimages.cli import predict as predict_tool
+
+
+def model_group(**given):
+    """train.py's default model group (flags.Model) but the given."""
+    return flags.default_settings().model._replace(**given)
+
 
 pytestmark = pytest.mark.slow
 
@@ -608,10 +616,10 @@ def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, 
     model_dir, first_version = trained
     _, good = images
     base = str(tmp_path / 'base')
-    opts = options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE)
+    model = model_group(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE)
     checkpoint = os.path.join(model_dir, 'model.ckpt-2')
-    old = export.export_saved_model(checkpoint, base, opts, version=7)
-    new = export.export_saved_model(checkpoint, base, opts, preprocess='eval')
+    old = export.export_saved_model(checkpoint, base, model, version=7)
+    new = export.export_saved_model(checkpoint, base, model, preprocess='eval')
     assert old == os.path.join(base, '7') and int(os.path.basename(new)) > 7
     assert sorted(os.listdir(base)) == sorted(['7', os.path.basename(new)])  # no leftovers
     assert saved_models.resolve_saved_model(base) == new
@@ -623,9 +631,9 @@ def test_exports_are_versions_of_a_base_and_the_base_serves_the_latest(trained, 
         latest.close()
     for bad, fragment in ((first_version, 'is itself a SavedModel'),
                           (str(tmp_path), 'something other than SavedModel versions')):
-        with pytest.raises(serving.UsageError, match=fragment):
-            export.export_saved_model(checkpoint, bad, opts)
-    with pytest.raises(serving.UsageError, match='nor a base directory of versions'):
+        with pytest.raises(errors.UsageError, match=fragment):
+            export.export_saved_model(checkpoint, bad, model)
+    with pytest.raises(errors.UsageError, match='nor a base directory of versions'):
         saved_models.resolve_saved_model(str(tmp_path / 'empty'))
 
 
@@ -666,9 +674,9 @@ def test_exports_are_float32_whatever_the_training_dtype(trained, images, refere
     SavedModel: no bfloat16 or float16 tensor anywhere in its graph, and it serves the fp32
     reference's scores."""
     model_dir, _ = trained
-    opts = options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE, dtype=dtype)
+    model = model_group(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE, dtype=dtype)
     path = export.export_saved_model(os.path.join(model_dir, 'model.ckpt-2'),
-                                      str(tmp_path / 'export'), opts)
+                                      str(tmp_path / 'export'), model)
     with tf.Graph().as_default(), tf.Session() as session:
         graph_def = tf.saved_model.loader.load(session, serving.SERVING_TAGS, path).graph_def
     half = {tf.bfloat16.as_datatype_enum, tf.float16.as_datatype_enum}

@@ -1,97 +1,13 @@
 #!/usr/bin/env python
-"""An export of train.py as an ONNX model: its float signature (the network input after
-the preprocessing -> scores, probabilities, features) through tf2onnx, checked with
-onnxruntime against TensorFlow before the file is written.
-
-    .venv/bin/python train.py --mode=export --model_dir=demo/model --export_dir=demo/export
-    .venv/bin/python tools/export_onnx.py --saved_model demo/export -o demo/model.onnx
-
-The ONNX model's input `images` is float32 [N, S, S, 3]: NHWC, RGB, (pixel / 255 - 0.5) x 2
-in [-1, 1], preprocessed as the SavedModel's assets.extra/preprocessing.txt says (the
-client decodes and resizes; ONNX has no JPEG decoder). Needs the ONNX extras,
-`.venv/bin/pip install -r requirements-onnx.txt` (tf2onnx, onnx, onnxruntime; pins that
-work beside TensorFlow 2.15). The conversion is tf2onnx's command line, the route any
-tf2onnx user takes (mlimages/inference/onnx_export.py).
-
-Exit status: 0 written; 1 the conversion failed or the converted model differs from
-TensorFlow by more than --tolerance (nothing written); 2 bad usage (no such SavedModel, one
-without the float signature, the extras not installed); 143 / 130 stopped by SIGTERM /
-Ctrl-C (nothing written).
-"""
+"""An export of train.py as an ONNX model: the command. The conversion and its check, and
+the whole description, are mlimages/cli/export_onnx.py's; every option is in --help."""
 import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
 runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
 import sys
 
-from mlimages.cli import arguments, lazy_tensorflow
-from mlimages.config import startup
-from mlimages.errors import stop_raises, stopped
-
-PROG = 'export_onnx.py'
-
-
-def build_parser():
-    parser = arguments.OneLineParser(
-        prog=PROG, allow_abbrev=False, error_hint=' (see --help)',
-        description='Convert the float signature of a SavedModel of train.py to ONNX with '
-                    'tf2onnx and check it with onnxruntime against TensorFlow.',
-        epilog='Exit status: 0 written; 1 the conversion or the check failed (nothing '
-               'written); 2 bad usage; 143 / 130 stopped by SIGTERM / Ctrl-C.')
-    parser.add_argument('--saved_model', required=True, metavar='DIR',
-                        help='train.py --export_dir (its highest version) or one '
-                             '<version>/ directory')
-    parser.add_argument('-o', '--output', required=True, metavar='FILE',
-                        help='the ONNX model (written under a temporary name, renamed once '
-                             'checked)')
-    parser.add_argument('--opset', type=arguments.int_at_least(13, '>= 13'), default=15,
-                        help='ONNX opset (default: 15, tf2onnx\'s; onnxruntime 1.19 runs up '
-                             'to 21)')
-    parser.add_argument('--tolerance', type=float, default=1e-4, metavar='T',
-                        help='largest |onnxruntime - TensorFlow| allowed on every output, '
-                             'relative to max(1, max |TensorFlow|) (default: 1e-4)')
-    parser.add_argument('--check_images', type=arguments.positive_int, default=4, metavar='N',
-                        help='random network inputs the check runs (default: 4)')
-    return parser
-
-
-def main(argv=None):
-    """Command-line entry point; returns the exit status."""
-    startup.check_versions(PROG)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
-    lazy_tensorflow.tensorflow()
-    from mlimages.inference import onnx_export
-    lazy_tensorflow.tensorflow().get_logger().setLevel('ERROR')
-    missing = onnx_export.missing_extras()
-    if missing:
-        arguments.error_line(PROG, '%s not installed; install the ONNX extras: %s'
-                          % (', '.join(missing), onnx_export.install()))
-        return 2
-    sys.stderr.write('%s: converting the %s signature of %s with tf2onnx (opset %d; about a '
-                     'minute on 2 CPU cores)\n' % (PROG, onnx_export.serving.FLOAT_SIGNATURE_KEY,
-                                                   args.saved_model, args.opset))
-    try:
-        export_dir, found = onnx_export.export_onnx(args.saved_model, args.output, args.opset,
-                                                    args.tolerance, args.check_images)
-    except onnx_export.UsageError as e:
-        arguments.error_line(PROG, e)
-        return 2
-    except onnx_export.ExportError as e:
-        arguments.error_line(PROG, e)
-        return 1
-    except KeyboardInterrupt as exc:
-        words, status = stopped(exc)
-        arguments.error_line(PROG, '%s; nothing was written to %s' % (words, args.output))
-        return status
-    sys.stderr.write('%s: wrote %s (%.1f MB) from %s; onnxruntime vs TensorFlow on %d random '
-                     'inputs: max |difference| %s\n' % (
-                         PROG, args.output, os.path.getsize(args.output) / 1e6, export_dir,
-                         args.check_images, ', '.join('%s %.2g (of max %.3g)' % (
-                             key, diff, scale) for key, (diff, scale) in found.items())))
-    return 0
-
+from mlimages.errors import stop_raises
+from mlimages.cli import export_onnx
 
 if __name__ == '__main__':
     stop_raises()  # SIGTERM stops it as Ctrl-C does: one line, 128 + the signal
-    sys.exit(main())
+    sys.exit(export_onnx.main())

@@ -1,84 +1,11 @@
 #!/usr/bin/env python
-"""What a training run's flags imply, without training: the global batch, the steps an
-epoch and the epochs of --max_iter, the warm-up and the decays, the checkpoints and the
-disk they take, the GPU memory a replica needs (and with --gpu_memory whether it fits),
-the images/s a wall time needs, and the learning-rate curve as a PNG
-(mlimages/run/run_plan.py; docs/recipes.md).
-
-    .venv/bin/python tools/plan_run.py --train_images 17609752 --hours 90 --lr_png lr.png \\
-        --flagfile=docs/recipes/mlimages-resnet101-4x8.flags
-
-Its own options (--train_images, --hours, --images_per_sec, --gpu_memory, --lr_png) and
-train.py's flags, the --flagfile included, parsed and checked as train.py does; a cluster
-of --worker_hosts, TF_CONFIG or Slurm is planned for, no GPU is needed. Exit status 0, 2 on
-bad usage (one line).
-"""
+"""What a training run's flags imply, without training: the command. The plan, and the whole
+description, are mlimages/cli/plan_run.py's (mlimages/run/run_plan.py); see --help."""
 import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
 runpy.run_path(os.path.join(os.path.dirname(__file__), '..', 'mlimages/config/interpreter.py'))
-import argparse
 import sys
 
-from mlimages.config import startup
-
-PROG = 'plan_run.py'
-
-
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog=PROG, allow_abbrev=False,
-        usage='%(prog)s [--train_images N] [--hours H] [--images_per_sec R] [--gpu_memory GB] '
-              '[--lr_png FILE] [train.py flags, e.g. --flagfile=FILE]',
-        description=__doc__.split('\n\n')[0].replace('\n', ' '),
-        epilog='Every other argument is a train.py flag (.venv/bin/python train.py --help).')
-    parser.add_argument('--train_images', type=int, metavar='N',
-                        help='training images (default: the records.txt count of '
-                             '<data_dir>/train, as train.py\'s log has it)')
-    parser.add_argument('--hours', type=float, metavar='H',
-                        help='a wall time: say the images/s (and a GPU\'s share) it needs')
-    parser.add_argument('--images_per_sec', type=float, metavar='R',
-                        help='a job speed: say the wall time it gives')
-    parser.add_argument('--gpu_memory', type=float, metavar='GB',
-                        help='a GPU\'s memory (e.g. 16, 40, 80): say whether a replica fits '
-                             'it and the largest --batch_size that does')
-    parser.add_argument('--lr_png', metavar='FILE',
-                        help='draw the learning rate against the epoch (log scale) here')
-    return parser
-
-
-def main(argv=None):
-    """Command-line entry point; returns the exit status (0 or 2)."""
-    argv = sys.argv[1:] if argv is None else argv
-    args, train_flags = build_parser().parse_known_args(argv)
-    startup.before_tensorflow(PROG, [])
-    from absl import flags as absl_flags
-    import flags as flags_lib
-    from mlimages.errors import UsageError
-    from mlimages.run import run_plan
-    values = absl_flags.FlagValues()
-    values.append_flag_values(flags_lib.FLAGS)
-    values.unparse_flags()  # the Flag objects are train.py's: no value of an earlier parse
-    try:
-        values([PROG] + train_flags)
-        opts = flags_lib.options(values)
-        flags_lib.validate(opts)
-        plan, gpus = run_plan.job(opts, dict(os.environ))
-        images = run_plan.training_images(opts, args.train_images)
-        lines = run_plan.plan_lines(opts, plan, gpus, images, args.hours, args.images_per_sec,
-                                    args.gpu_memory)
-    except (absl_flags.Error, UsageError) as e:
-        sys.stderr.write('%s: error: %s\n' % (PROG, e))
-        return 2
-    print('\n'.join(lines))
-    if args.lr_png:
-        steps = run_plan.curve_steps(opts)
-        run_plan.draw_curve(args.lr_png, steps, run_plan.learning_rates(opts, steps),
-                            images / float(plan.images_per_global_step),
-                            'learning rate: ResNet-%d, %d images a step, %d steps' % (
-                                opts.resnet_size, plan.images_per_global_step,
-                                opts.max_iter))
-        print('learning-rate curve: %s' % args.lr_png)
-    return 0
-
+from mlimages.cli import plan_run
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(plan_run.main())

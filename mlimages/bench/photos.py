@@ -188,7 +188,7 @@ def directory_bytes(directory):
     return sum(os.path.getsize(p) for p in shard_files(directory))
 
 
-# ------------------------------------------------------------------------------- runs
+# ---------------------------------------------------------------------------- measures
 
 def _pipelines(sets, args, modes=('cpu', 'device')):
     """pipelines.Measured input_fn pipelines, '<mode> <set>' for every set and mode."""
@@ -266,24 +266,40 @@ def main(args):
                                args.class_num)
     out = ['%s: photo-size records; %s' % (PROG, pipelines.cpu_description())]
     if cost_sides:  # the CPU cost per image against N, its own run
-        cost_sets = [('photos', photos)] + [('@%d' % c, converted(photos, c))
-                                            for c in cost_sides]
-        cost = _pipelines(cost_sets, args)
-        pipelines.run_turns(cost, args.repeats, args.warmup_batches, args.seconds, 3,
-                            'cost')
-        out.append('CPU ms per image of input_fn, batch %d, image %d, vs the stored '
-                   'shorter side N:' % (args.batch_size, args.image_size))
-        out.append('  %-10s %10s %13s %10s %13s %9s' % (
-            'N', 'cpu ms', 'images/s/core', 'device ms', 'images/s/core', 'KB/record'))
-        half = len(cost_sets)
-        for k, (name, directory) in enumerate(cost_sets):
-            c, d = cost[k], cost[half + k]
-            out.append('  %-10s %10.2f %13.1f %10.2f %13.1f %9.0f' % (
-                name, float(np.median(c.cpu_ms)), per_core(c), float(np.median(d.cpu_ms)),
-                per_core(d), directory_bytes(directory) / args.num_photos / 1e3))
-        out.append('%s: load average at the end %.1f' % (PROG, os.getloadavg()[0]))
-        print('\n'.join(out))
-        return 0
+        out += cost_lines(photos, cost_sides, args)
+    else:
+        out += speed_lines(root, photos, args)
+    out.append('%s: load average at the end %.1f' % (PROG, os.getloadavg()[0]))
+    print('\n'.join(out))
+    return 0
+
+
+def cost_lines(photos, cost_sides, args):
+    """--cost_sides: the table of input_fn's CPU time per image against the stored shorter
+    side N (the photos as they are and converted to each N)."""
+    from mlimages.bench import pipelines
+    cost_sets = [('photos', photos)] + [('@%d' % c, converted(photos, c))
+                                        for c in cost_sides]
+    cost = _pipelines(cost_sets, args)
+    pipelines.run_turns(cost, args.repeats, args.warmup_batches, args.seconds, 3,
+                        'cost')
+    out = ['CPU ms per image of input_fn, batch %d, image %d, vs the stored '
+           'shorter side N:' % (args.batch_size, args.image_size)]
+    out.append('  %-10s %10s %13s %10s %13s %9s' % (
+        'N', 'cpu ms', 'images/s/core', 'device ms', 'images/s/core', 'KB/record'))
+    half = len(cost_sets)
+    for k, (name, directory) in enumerate(cost_sets):
+        c, d = cost[k], cost[half + k]
+        out.append('  %-10s %10.2f %13.1f %10.2f %13.1f %9.0f' % (
+            name, float(np.median(c.cpu_ms)), per_core(c), float(np.median(d.cpu_ms)),
+            per_core(d), directory_bytes(directory) / args.num_photos / 1e3))
+    return out
+
+
+def speed_lines(root, photos, args):
+    """--photos: input_fn's speed on photo-size and ImageNet-size records, before and after
+    --short_side, with the bytes they take."""
+    from mlimages.bench import pipelines
     small = os.path.dirname(pipelines.make_shards(
         os.path.join(root, 'imagenet'), args.num_images, class_num=args.class_num)[0])
     n = args.short_side
@@ -297,8 +313,8 @@ def main(args):
     measured = _pipelines(sets, args)
     pipelines.run_turns(measured, args.repeats, args.warmup_batches, args.seconds, 3,
                         'photos')
-    out.append('input_fn on photo-size and ImageNet-size records, batch %d, image %d:'
-               % (args.batch_size, args.image_size))
+    out = ['input_fn on photo-size and ImageNet-size records, batch %d, image %d:'
+           % (args.batch_size, args.image_size)]
     out.append(speed_table(measured, sizes, args.gpu_rate))
     for mode in ('cpu', 'device'):
         out.append('  %s: photos@%d / photos images/s %.2fx; imagenet@%d / imagenet %.2fx'
@@ -309,6 +325,4 @@ def main(args):
                % (n, sizes['photos'][0] / sizes['photos@%d' % n][0], n,
                   'identical to the originals (shorter side <= N: byte for byte)' if same
                   else 'downscaled (500x375: shorter side 375 > N)'))
-    out.append('%s: load average at the end %.1f' % (PROG, os.getloadavg()[0]))
-    print('\n'.join(out))
-    return 0
+    return out

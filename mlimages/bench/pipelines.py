@@ -147,8 +147,9 @@ def spec_literal_dataset(files, batch_size, image_size, class_num, shuffle_buffe
 
 def pipeline_dataset(name, files, args):
     """The dataset of one named pipeline; args: tools/benchmark.py's, with `defaults`
-    (flags.defaults(), the trainer's settings input_fn starts from)."""
+    (flags.default_settings(), the trainer's settings input_fn starts from)."""
     lazy_tensorflow.tensorflow()  # graph mode before input_pipeline builds anything
+    import flags
     from mlimages.data import input_pipeline
     if name == 'floor':
         return floor_dataset(files, args.batch_size, args.image_size)
@@ -156,11 +157,13 @@ def pipeline_dataset(name, files, args):
         return spec_literal_dataset(files, args.batch_size, args.image_size,
                                     args.class_num, args.shuffle_buffer)
     augment_on = name[len('input_fn('):-1]
-    opts = args.defaults._replace(
-        batch_size=args.batch_size, class_num=args.class_num, image_size=args.image_size,
-        shuffle_buffer=args.shuffle_buffer, num_preprocess_threads=args.num_preprocess_threads,
+    settings = flags.replace(
+        args.defaults, batch_size=args.batch_size, class_num=args.class_num,
+        image_size=args.image_size, shuffle_buffer=args.shuffle_buffer,
+        num_preprocess_threads=args.num_preprocess_threads,
         private_threads=args.private_threads)
-    return input_pipeline.input_fn(opts, True, files, augment_on)
+    # TRANSITION (#41): input_fn takes an Options until it takes the groups.
+    return input_pipeline.input_fn(flags.as_options(settings), True, files, augment_on)
 
 
 class Measured(object):
@@ -201,7 +204,7 @@ def build_pipeline(name, files, args):
     return Measured(name, graph, fetch, iterator.initializer, args.batch_size)
 
 
-# ------------------------------------------------------------------------------- runs
+# ---------------------------------------------------------------------------- measures
 
 def run_turns(measured, repeats, warmup_runs, seconds, min_runs, label):
     for turn in range(repeats):

@@ -1,14 +1,15 @@
 """What tools/predict.py and tools/extract_features.py share: the model and image arguments,
 the trained settings of --checkpoint (inference_settings), loading the serving.Predictor
-and the exit-status text. `defaults` is train.py's flags.defaults(), which the commands
-pass in (only entry points read flags)."""
+and the exit-status text. `model` and `data` are groups of train.py's defaults
+(flags.default_settings()), which the commands pass in (only entry points read flags)."""
 import argparse
 import os
 import sys
 
 from mlimages.cli import lazy_tensorflow
 from mlimages.distributed import devices
-from mlimages.errors import DataError, UsageError
+from mlimages import errors
+from mlimages.errors import UsageError
 from mlimages.inference import inference_settings
 
 # The network settings of --checkpoint (inference_settings: from the flags.txt beside it
@@ -17,13 +18,14 @@ from mlimages.inference import inference_settings
 SETTINGS = ('image_size', 'resnet_size', 'class_num', 'batch_norm_epsilon', 'label_type')
 
 
-def setting_defaults(defaults):
-    """{setting: default} of SETTINGS from train.py's defaults (flags.Options)."""
-    return {'image_size': defaults.image_size,
+def setting_defaults(model, data):
+    """{setting: default} of SETTINGS from train.py's defaults (the model and data
+    groups)."""
+    return {'image_size': model.image_size,
             'resnet_size': inference_settings.FROM_CHECKPOINT,
             'class_num': inference_settings.FROM_CHECKPOINT,
-            'batch_norm_epsilon': defaults.batch_norm_epsilon,
-            'label_type': defaults.label_type}
+            'batch_norm_epsilon': model.batch_norm_epsilon,
+            'label_type': data.label_type}
 EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images that cannot '
                'be read or decoded are reported on stderr, one line each, and skipped); 1 '
                'when no image could be processed; 2 on bad usage or input (no checkpoint, a '
@@ -89,7 +91,7 @@ class _NamedCheckpoint(argparse._StoreAction):
         super().__call__(parser, namespace, values, option_string)
 
 
-def add_model_arguments(parser, defaults):
+def add_model_arguments(parser, model):
     """The model (checkpoint or SavedModel) and how to run it; shared with extract_features."""
     group = parser.add_argument_group('model')
     source = group.add_mutually_exclusive_group(required=True)
@@ -108,7 +110,7 @@ def add_model_arguments(parser, defaults):
                        help='network input size of the checkpoint\'s model (default: the '
                             'trained --image_size of the flags.txt beside the checkpoint, '
                             'else %d; a value that differs from the trained one is a '
-                            'warning); a SavedModel has its own' % defaults.image_size)
+                            'warning); a SavedModel has its own' % model.image_size)
     group.add_argument('--resnet_size', type=positive_int, metavar='N',
                        help='check that the checkpoint holds a ResNet-N (it is read from '
                             'the checkpoint anyway)')
@@ -154,13 +156,14 @@ def check_model_arguments(parser, args):
                      'SavedModel has them built in')
 
 
-def choose_settings(args, names, defaults):
+def chosen_settings(args, names, model, data):
     """({setting: value}, log lines) of --checkpoint's network (inference_settings.choose:
-    given, else the flags.txt beside the checkpoint, else setting_defaults); ({}, []) for a
-    SavedModel, which has its settings built in. Raises UsageError for a bad flags.txt."""
+    given, else the flags.txt beside the checkpoint, else setting_defaults of the model and
+    data groups); ({}, []) for a SavedModel, which has its settings built in. Raises
+    UsageError for a bad flags.txt."""
     if not args.checkpoint:
         return {}, []
-    defaults = {name: setting_defaults(defaults)[name] for name in names}
+    defaults = {name: setting_defaults(model, data)[name] for name in names}
     given = {'image_size': args.image_size, 'resnet_size': args.resnet_size,
              'class_num': args.class_num,
              'label_type': 'single' if getattr(args, 'single_label', False) else None}
@@ -171,28 +174,29 @@ def choose_settings(args, names, defaults):
     return values, lines
 
 
-def load_model(serving, args, defaults, top_k=5, settings=None):
-    """The serving.Predictor the model arguments name: the model of train.py's defaults
-    (`defaults`, flags.Options) with `settings` (choose_settings; else --image_size) and this tool's
-    --data_format and --preprocess."""
+def load_model(serving, args, model, top_k=5, chosen=None):
+    """The serving.Predictor the model arguments name: the network of train.py's default
+    model group (`model`) with the `chosen` settings (chosen_settings; else --image_size)
+    and this tool's --data_format and --preprocess."""
     data_format = args.data_format
     if data_format.lower() in ('nchw', 'channels_first') and not devices.gpu_count():
         data_format = 'NHWC'  # CPU convolutions are NHWC only; the results are the same
-    settings = settings or {}
-    opts = defaults._replace(
-        image_size=settings.get('image_size') or args.image_size or defaults.image_size,
-        batch_norm_epsilon=settings.get('batch_norm_epsilon', defaults.batch_norm_epsilon),
+    chosen = chosen or {}
+    model = model._replace(
+        image_size=chosen.get('image_size') or args.image_size or model.image_size,
+        batch_norm_epsilon=chosen.get('batch_norm_epsilon', model.batch_norm_epsilon),
         data_format=data_format)
     return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
                                   checkpoint_flag=getattr(args, 'checkpoint_flag', 'checkpoint'),
-                                  opts=opts, resnet_size=args.resnet_size,
+                                  model=model, resnet_size=args.resnet_size,
                                   class_num=args.class_num, top_k=top_k,
                                   preprocess=args.preprocess or serving.DEFAULT_PREPROCESS)
 
 
-def with_predictor(args, defaults, work, error, prog, top_k=5, list_separator=None,
-                   settings=SETTINGS):
-    """Chooses the network's `settings` (choose_settings), collects the images the
+def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator=None,
+                   names=SETTINGS):
+    """Chooses the network's settings `names` (chosen_settings of the default model and
+    data groups), collects the images the
     arguments name, loads the model, says which settings it runs with (the first line on
     stderr, after the model loaded: a model that does not load is one error line) and
     returns work(serving, predictor, images, chosen settings), closing the model after; bad
@@ -203,10 +207,10 @@ def with_predictor(args, defaults, work, error, prog, top_k=5, list_separator=No
     lazy_tensorflow.tensorflow()
     from mlimages.inference import serving
     lazy_tensorflow.tensorflow().get_logger().setLevel('ERROR')
-    bad_input = (serving.UsageError, DataError)
+    bad_input = (errors.UsageError, errors.DataError)
     predictor = None
     try:
-        chosen, lines = choose_settings(args, settings, defaults)
+        chosen, lines = chosen_settings(args, names, model, data)
         from mlimages.inference import inference_io
         if list_separator is not None and args.list and not os.path.isdir(args.list):
             images = inference_io.collect_images(args.images) if args.images else []
@@ -214,7 +218,7 @@ def with_predictor(args, defaults, work, error, prog, top_k=5, list_separator=No
                                                          args.image_root)
         else:
             images = inference_io.collect_images(args.images, args.list, args.image_root)
-        predictor = load_model(serving, args, defaults, top_k, chosen)
+        predictor = load_model(serving, args, model, top_k, chosen)
         if args.saved_model:
             lines = ['inference settings: built into the SavedModel %s (%s)' % (
                 predictor.source, predictor.preprocessing or 'preprocessing not recorded')]

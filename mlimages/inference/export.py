@@ -27,6 +27,7 @@ import tensorflow.compat.v1 as tf
 from tensorflow.core.framework import variable_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
+import flags
 from mlimages.distributed import devices
 from mlimages.errors import UsageError
 from mlimages.inference import saved_models, serving
@@ -39,12 +40,13 @@ RESTORED = 'restored_by_the_loader'
 VARIABLE_COLLECTIONS = (tf.GraphKeys.GLOBAL_VARIABLES, tf.GraphKeys.TRAINABLE_VARIABLES)
 
 
-def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
+def export_saved_model(checkpoint_path, export_dir, model, top_k=DEFAULT_TOP_K,
                        preprocess=serving.DEFAULT_PREPROCESS, version=None, flags_lines=None,
-                       threshold=DEFAULT_THRESHOLD, calibrated=None):
-    """Writes the inference graph of opts (module docstring) with the checkpoint's weights
-    as the SavedModel export_dir/<version>/ (TensorFlow Serving's layout; earlier versions
-    stay), its preprocessing (serving.PREPROCESSING[preprocess]) built in and recorded in
+                       threshold=DEFAULT_THRESHOLD, calibrated=None, finetune=None):
+    """Writes the inference graph of the model group (flags.Model; finetune:
+    serving.model_options') (module docstring) with the checkpoint's weights as the
+    SavedModel export_dir/<version>/ (TensorFlow Serving's layout; earlier versions stay),
+    its preprocessing (serving.PREPROCESSING[preprocess]) built in and recorded in
     assets.extra/preprocessing.txt; flags_lines, when given, as assets.extra/flags.txt (the
     settings it was trained with). positives: scores >= threshold for every class, or with
     calibrated (a thresholds.txt, calibration.py) its per-class thresholds, the file kept
@@ -52,57 +54,81 @@ def export_saved_model(checkpoint_path, export_dir, opts, top_k=DEFAULT_TOP_K,
     than the highest existing version. Returns the path.
 
     It is built under a hidden temporary name in export_dir (which TensorFlow Serving
-    ignores) and renamed when complete. The graph is float32 whatever opts' dtype (the
-    variables are float32 in every dtype's checkpoint), NHWC (runs on CPUs and GPUs alike;
-    the variables do not depend on the layout).
+    ignores) and renamed when complete. The graph is float32 whatever the model's dtype
+    (the variables are float32 in every dtype's checkpoint), NHWC (runs on CPUs and GPUs
+    alike; the variables do not depend on the layout).
     """
+    if isinstance(model, flags.Options):  # TRANSITION (#41): train.py's Options
+        model, finetune = flags.grouped(model).model, flags.grouped(model).finetune
     saved_models.check_export_dir(export_dir)
     export_dir = os.path.abspath(export_dir)
-    thresholds = (calibration.read(calibrated, opts.class_num)[0] if calibrated
+    thresholds = (calibration.read(calibrated, model.class_num)[0] if calibrated
                   else float(threshold))
-    os.makedirs(export_dir, exist_ok=True)
-    if version is None:
-        version = max([int(time.time())] + [v + 1 for v in saved_models.versions(export_dir)])
-    target = os.path.join(export_dir, str(version))
-    if os.path.exists(target):
-        raise UsageError('version %s exists already' % target)
-    work = tempfile.mkdtemp(prefix='.tmp-%d-' % version, dir=export_dir)
+    target, work = new_version_dir(export_dir, version)
     building = os.path.join(work, 'saved_model')
     # float32 whatever the training dtype: a bf16 graph serves only on CPUs with bf16 kernels
-    opts = opts._replace(dtype='fp32')
+    model = model._replace(dtype='fp32')
     try:
-        with tf.Graph().as_default():
-            signatures = serving.build_inference_graph(
-                opts, 'channels_last', top_k, preprocess, thresholds, float_signature=True)
-            with tf.Session(config=devices.session_config()) as session:
-                serving.restore(session, checkpoint_path)
-                builder = tf.saved_model.builder.SavedModelBuilder(building)
-                builder.add_meta_graph_and_variables(
-                    session, serving.SERVING_TAGS, signature_def_map={
-                        key: tf.saved_model.signature_def_utils.predict_signature_def(
-                            inputs={serving.INPUT_KEY: images}, outputs=outputs)
-                        for key, (images, outputs) in signatures.items()},
-                    strip_default_attrs=True)
-                builder.save()
+        signatures = save_inference_graph(building, checkpoint_path, model, finetune, top_k,
+                                          preprocess, thresholds)
         prune_saved_model(building)
-        assets = {saved_models.PREPROCESSING_FILE:
-                  serving.preprocessing_line(preprocess, opts.image_size),
-                  saved_models.SIGNATURES_FILE: signatures_text(
-                      signatures, preprocess, opts.image_size,
-                      'the per-class thresholds of thresholds.txt' if calibrated
-                      else '%g' % thresholds)}
-        if flags_lines is not None:
-            assets[saved_models.FLAGS_FILE] = '\n'.join(flags_lines)
-        os.makedirs(os.path.join(building, saved_models.ASSETS))
-        for name, text in assets.items():
-            with open(os.path.join(building, name), 'w') as f:
-                f.write(text.rstrip('\n') + '\n')
+        write_assets(building, signatures, preprocess, model.image_size, flags_lines,
+                     'the per-class thresholds of thresholds.txt' if calibrated
+                     else '%g' % thresholds)
         if calibrated:
             shutil.copyfile(calibrated, os.path.join(building, saved_models.THRESHOLDS_FILE))
         os.rename(building, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def new_version_dir(export_dir, version):
+    """(export_dir/<version>, a hidden temporary directory in export_dir to build it in);
+    version None: the time in seconds, or one more than the highest existing version."""
+    os.makedirs(export_dir, exist_ok=True)
+    if version is None:
+        version = max([int(time.time())] + [v + 1 for v in saved_models.versions(export_dir)])
+    target = os.path.join(export_dir, str(version))
+    if os.path.exists(target):
+        raise UsageError('version %s exists already' % target)
+    return target, tempfile.mkdtemp(prefix='.tmp-%d-' % version, dir=export_dir)
+
+
+def save_inference_graph(building, checkpoint_path, model, finetune, top_k, preprocess,
+                         thresholds):
+    """The SavedModel of build_inference_graph (both signatures, NHWC) with the
+    checkpoint's weights, saved at building; returns its signatures."""
+    with tf.Graph().as_default():
+        signatures = serving.build_inference_graph(
+            model, 'channels_last', top_k, preprocess, thresholds, float_signature=True,
+            finetune=finetune)
+        with tf.Session(config=devices.session_config()) as session:
+            serving.restore(session, checkpoint_path)
+            builder = tf.saved_model.builder.SavedModelBuilder(building)
+            builder.add_meta_graph_and_variables(
+                session, serving.SERVING_TAGS, signature_def_map={
+                    key: tf.saved_model.signature_def_utils.predict_signature_def(
+                        inputs={serving.INPUT_KEY: images}, outputs=outputs)
+                    for key, (images, outputs) in signatures.items()},
+                strip_default_attrs=True)
+            builder.save()
+    return signatures
+
+
+def write_assets(building, signatures, preprocess, image_size, flags_lines, positives):
+    """assets.extra/ of the SavedModel at building: preprocessing.txt, signatures.txt and
+    (flags_lines given) flags.txt."""
+    assets = {saved_models.PREPROCESSING_FILE:
+              serving.preprocessing_line(preprocess, image_size),
+              saved_models.SIGNATURES_FILE: signatures_text(
+                  signatures, preprocess, image_size, positives)}
+    if flags_lines is not None:
+        assets[saved_models.FLAGS_FILE] = '\n'.join(flags_lines)
+    os.makedirs(os.path.join(building, saved_models.ASSETS))
+    for name, text in assets.items():
+        with open(os.path.join(building, name), 'w') as f:
+            f.write(text.rstrip('\n') + '\n')
 
 
 # What each output of signatures.txt is.

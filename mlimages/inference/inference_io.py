@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 
 import file_db
 from mlimages.data import hierarchy as hierarchy_lib
+from mlimages import errors
 from mlimages.errors import UsageError
 
 DEFAULT_TOP_K = 5
@@ -148,7 +149,7 @@ def load_class_names(path, class_num=None):
         names = [line.strip() for line in body]
         for number, name in enumerate(names, 1):
             if not name:
-                raise file_db.DataError('%s, line %d: empty class name' % (path, number))
+                raise errors.DataError('%s, line %d: empty class name' % (path, number))
     names = [' '.join(name.split()) for name in names]  # no tabs in a TSV field
     if class_num is not None and len(names) != class_num:
         raise UsageError('class dictionary %s has %d classes, the model has %d'
@@ -170,7 +171,7 @@ def load_original_class_names(path, class_num):
         for number, line in enumerate(f, 1):
             fields = line.rstrip('\n').split('\t')
             if len(fields) < 2:
-                raise file_db.DataError('%s, line %d: expected "index<TAB>name", got %r'
+                raise errors.DataError('%s, line %d: expected "index<TAB>name", got %r'
                                         % (path, number, line.rstrip('\n')[:80]))
             names[fields[0]] = fields[1]
     missing = [i for i in range(class_num) if str(i) not in names]
@@ -184,14 +185,14 @@ def _dictionary_names(path, body, matches, first_line_number):
     names = {}
     for number, (line, match) in enumerate(zip(body, matches), first_line_number):
         if not match:
-            raise file_db.DataError('%s, line %d: expected "index WordNet-id parent-index '
+            raise errors.DataError('%s, line %d: expected "index WordNet-id parent-index '
                                     'name", got %r' % (path, number, line[:80]))
         index = int(match.group(1)) if match.group(1) is not None else len(names)
         if index in names:
-            raise file_db.DataError('%s, line %d: class %d listed twice' % (path, number, index))
+            raise errors.DataError('%s, line %d: class %d listed twice' % (path, number, index))
         names[index] = match.group(4)
     if sorted(names) != list(range(len(names))):
-        raise file_db.DataError('%s: class indices are not 0 .. %d' % (path, len(names) - 1))
+        raise errors.DataError('%s: class indices are not 0 .. %d' % (path, len(names) - 1))
     return [names[i] for i in range(len(names))]
 
 

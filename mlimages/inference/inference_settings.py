@@ -20,6 +20,7 @@ this. Only the entry points read flags; they pass their defaults and given value
 """
 import os
 
+import flags
 from mlimages.config import run_settings
 from mlimages.errors import UsageError
 
@@ -111,23 +112,39 @@ def choose(defaults, given, trained_values, source, where, given_flags=None):
     return values, [line] + warnings
 
 
-def for_options(opts, given_names, path, names=SETTINGS):
-    """train.py's inference modes: opts (flags.Options of the command line) with the
-    settings `names` chosen by the rule for the checkpoint or model directory `path`.
-    Returns (opts, log lines)."""
-    defaults = {name: getattr(opts, name) for name in names}
+def setting_values(settings, names=SETTINGS):
+    """{name: value} of the settings `names` in Settings (flags.Settings)."""
+    every = flags.flat(settings)
+    return {name: every[name] for name in names}
+
+
+def checkpoint_settings(current, given_names, path, names=SETTINGS):
+    """train.py's inference modes: the settings `names` chosen by the rule for the
+    checkpoint or model directory `path`; current: {name: value} of the command line (the
+    default where not given), given_names: the flags given. Returns ({name: value}, log
+    lines)."""
+    defaults = {name: current[name] for name in names}
     given = {name: defaults[name] for name in names if name in given_names}
     found, source = trained(path, defaults, names)
-    values, lines = choose(defaults, given, found, source, path)
+    return choose(defaults, given, found, source, path)
+
+
+def for_options(opts, given_names, path, names=SETTINGS):
+    """TRANSITION (#41): checkpoint_settings on train.py's Options until it passes values;
+    returns (opts, log lines)."""
+    values, lines = checkpoint_settings(opts._asdict(), given_names, path, names)
     return opts._replace(**values), lines
 
 
-def export_record(opts, checkpoint):
+def export_record(values, checkpoint):
     """The lines a SavedModel keeps as assets.extra/flags.txt: the flags.txt of the run that
-    trained checkpoint, else (no such file) the settings of the export (opts)."""
+    trained checkpoint, else (no such file) the settings of the export (values: {name:
+    value} of at least SETTINGS, setting_values)."""
+    if hasattr(values, '_asdict'):  # TRANSITION (#41): train.py's Options
+        values = values._asdict()
     source = flags_file(checkpoint)
     if source:
         return (['# flags.txt of the run that trained %s' % checkpoint]
                 + run_settings.read(os.path.dirname(source)))
     return (['# no flags.txt beside %s: the settings it was exported with' % checkpoint]
-            + run_settings.flag_lines({name: getattr(opts, name) for name in SETTINGS}))
+            + run_settings.flag_lines({name: values[name] for name in SETTINGS}))

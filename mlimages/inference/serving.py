@@ -11,7 +11,7 @@ tools/extract_features.py, so that their numbers cannot drift apart:
                                    side 256 x S / 224 with OpenCV's bilinear, centre S x S)
                                  eval: decode_image -> eval_network_input
                                    (train.py's evaluation: central 80 %, squashed to S x S)
-                            -> model_fn.make_model_fn(opts, Run(data_format))(..., PREDICT)
+                            -> model_fn.make_model_fn(model, Run(data_format))(..., PREDICT)
                             -> scores (sigmoid), probabilities (softmax), features, back in
                                the request's N rows (zeros where an image failed), valid
                                [N], top_k_classes / top_k_scores (by sigmoid score; -1 and 0
@@ -23,12 +23,13 @@ An export also has the float signature: network input [N, S, S, 3] (NHWC, RGB, [
 export.py writes both as a SavedModel; `Predictor` runs the encoded one in a tf.Session,
 restored from a checkpoint or loaded from a SavedModel (saved_models.py: its directory).
 `predict_images` runs batches and reports and skips images that cannot be read or decoded;
-runs.py writes the results. Errors in the input are errors.UsageError / file_db.DataError:
-one line, exit status 2 in the callers.
+batch_outputs.py writes the results. Errors in the input are errors.UsageError /
+errors.DataError: one line, exit status 2 in the callers.
 """
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import flags
 from mlimages.run import checkpoints
 from mlimages.distributed import devices
 import image_preprocess
@@ -121,26 +122,37 @@ def request_outputs(predictions, index, count, top_k, thresholds):
             'valid': valid}
 
 
-def build_inference_graph(opts, data_format, top_k=DEFAULT_TOP_K,
+def model_options(model, finetune=None):
+    """model_fn's Options of the model group (and the fine-tuning group, whose FixBlock2
+    puts a stop-gradient into the graph; default: the flags' defaults): every other flag
+    at its default, none of which an inference graph reads."""
+    defaults = flags.default_settings()
+    # TRANSITION (#41): model_fn takes an Options until it takes the groups.
+    return flags.as_options(defaults._replace(model=model,
+                                              finetune=finetune or defaults.finetune))
+
+
+def build_inference_graph(model, data_format, top_k=DEFAULT_TOP_K,
                           preprocess=DEFAULT_PREPROCESS, thresholds=None,
-                          float_signature=False):
-    """In the default graph, the model of opts (flags.Options: resnet_size, class_num,
-    image_size, the batch-norm settings, dtype) in data_format, on resource variables (a
-    TF2 client's tf.saved_model.load exposes them; a checkpoint restores them by name as any
-    variable). Returns {signature key: (input placeholder, {output: tensor})}: SIGNATURE_KEY,
-    the encoded images [N] -> request_outputs (thresholds [C] or one for every class,
-    default DEFAULT_THRESHOLD); with float_signature also FLOAT_SIGNATURE_KEY, network
-    inputs [N, S, S, 3] -> FLOAT_OUTPUT_KEYS, a second copy of the network on the same
-    variables."""
-    model = model_fn.make_model_fn(opts, model_fn.Run(data_format=data_format))
-    size = opts.image_size
+                          float_signature=False, finetune=None):
+    """In the default graph, the network of the model group (flags.Model: resnet_size,
+    class_num, image_size, the batch-norm settings, dtype; finetune: model_options') in
+    data_format, on resource variables (a TF2 client's tf.saved_model.load exposes them; a
+    checkpoint restores them by name as any variable). Returns {signature key: (input
+    placeholder, {output: tensor})}: SIGNATURE_KEY, the encoded images [N] ->
+    request_outputs (thresholds [C] or one for every class, default DEFAULT_THRESHOLD);
+    with float_signature also FLOAT_SIGNATURE_KEY, network inputs [N, S, S, 3] ->
+    FLOAT_OUTPUT_KEYS, a second copy of the network on the same variables."""
+    network = model_fn.make_model_fn(model_options(model, finetune),
+                                     model_fn.Run(data_format=data_format))
+    size = model.image_size
     thresholds = np.broadcast_to(
-        np.float32(DEFAULT_THRESHOLD if thresholds is None else thresholds), [opts.class_num])
+        np.float32(DEFAULT_THRESHOLD if thresholds is None else thresholds), [model.class_num])
     signatures = {}
     with tf.variable_scope(tf.get_variable_scope(), use_resource=True):
         if float_signature:
             images = tf.placeholder(tf.float32, [None, size, size, 3], name='float_images')
-            predictions = model(images, None, tf.estimator.ModeKeys.PREDICT).predictions
+            predictions = network(images, None, tf.estimator.ModeKeys.PREDICT).predictions
             signatures[FLOAT_SIGNATURE_KEY] = (
                 images, {key: predictions[key] for key in FLOAT_OUTPUT_KEYS})
         with tf.variable_scope(tf.get_variable_scope(), reuse=True if float_signature else None):
@@ -150,7 +162,7 @@ def build_inference_graph(opts, data_format, top_k=DEFAULT_TOP_K,
             # The network on one blank image when none decoded: a convolution of an empty
             # batch fails on some CPU kernels.
             images = tf.pad(images, [[0, tf.maximum(1 - decoded, 0)], [0, 0], [0, 0], [0, 0]])
-            predictions = model(images, None, tf.estimator.ModeKeys.PREDICT).predictions
+            predictions = network(images, None, tf.estimator.ModeKeys.PREDICT).predictions
             predictions = {key: value[:decoded] for key, value in predictions.items()}
             signatures[SIGNATURE_KEY] = (encoded, request_outputs(
                 predictions, index, tf.size(encoded), top_k, thresholds))
@@ -198,12 +210,14 @@ class Predictor(object):
             self._decoded_shape = tf.shape(image_preprocess.decode_image(self._one))
 
     @classmethod
-    def from_checkpoint(cls, checkpoint_path, opts, data_format, top_k=DEFAULT_TOP_K,
-                        preprocess=DEFAULT_PREPROCESS):
+    def from_checkpoint(cls, checkpoint_path, model, data_format, top_k=DEFAULT_TOP_K,
+                        preprocess=DEFAULT_PREPROCESS, finetune=None):
+        """The network of the model group (build_inference_graph) restored from
+        checkpoint_path."""
         graph = tf.Graph()
         with graph.as_default():
-            encoded, outputs = build_inference_graph(opts, data_format, top_k,
-                                                     preprocess)[SIGNATURE_KEY]
+            encoded, outputs = build_inference_graph(model, data_format, top_k, preprocess,
+                                                     finetune=finetune)[SIGNATURE_KEY]
             session = tf.Session(graph=graph, config=devices.session_config())
             try:
                 restore(session, checkpoint_path)
@@ -211,7 +225,7 @@ class Predictor(object):
                 session.close()
                 raise
         return cls(session, encoded, outputs, checkpoint_path,
-                   preprocessing_line(preprocess, opts.image_size), checkpoint=checkpoint_path)
+                   preprocessing_line(preprocess, model.image_size), checkpoint=checkpoint_path)
 
     @classmethod
     def from_saved_model(cls, export_dir):
@@ -261,18 +275,21 @@ class Predictor(object):
         self.session.close()
 
 
-def load_predictor(checkpoint=None, saved_model=None, opts=None, resnet_size=None,
+def load_predictor(checkpoint=None, saved_model=None, model=None, resnet_size=None,
                    class_num=None, top_k=DEFAULT_TOP_K, checkpoint_flag='checkpoint',
-                   preprocess=DEFAULT_PREPROCESS):
+                   preprocess=DEFAULT_PREPROCESS, finetune=None, opts=None):
     """A Predictor from a checkpoint (a model directory or a checkpoint path; errors name it
     as --<checkpoint_flag>) or a SavedModel.
 
-    With a checkpoint: the model of opts (flags.Options; its --data_format resolved for the
-    GPUs this process sees), with the architecture and class count read from the
-    checkpoint's variables (resnet_size / class_num, when given, are checked against
-    them). With a SavedModel everything is fixed at export (its preprocessing too);
-    class_num is checked. preprocess: PREPROCESSING's key for a checkpoint.
+    With a checkpoint: the network of the model group (flags.Model; its --data_format
+    resolved for the GPUs this process sees; finetune: model_options'), with the
+    architecture and class count read from the checkpoint's variables (resnet_size /
+    class_num, when given, are checked against them). With a SavedModel everything is
+    fixed at export (its preprocessing too); class_num is checked. preprocess:
+    PREPROCESSING's key for a checkpoint.
     """
+    if opts is not None:  # TRANSITION (#41): train.py's Options, until it passes groups
+        model, finetune = flags.grouped(opts).model, flags.grouped(opts).finetune
     if saved_model:
         predictor = Predictor.from_saved_model(saved_model)
         if class_num and class_num != predictor.class_num:
@@ -284,10 +301,10 @@ def load_predictor(checkpoint=None, saved_model=None, opts=None, resnet_size=Non
         raise UsageError('no checkpoint given')
     path = checkpoints.resolve_checkpoint(checkpoint, checkpoint_flag)
     resnet_size, class_num = checkpoints.checkpoint_model(path, resnet_size, class_num)
-    opts = opts._replace(resnet_size=resnet_size, class_num=class_num)
-    data_format = resnet.resolve_data_format(opts.data_format, devices.gpu_count() > 0)
+    model = model._replace(resnet_size=resnet_size, class_num=class_num)
+    data_format = resnet.resolve_data_format(model.data_format, devices.gpu_count() > 0)
     check_preprocess(preprocess)
-    return Predictor.from_checkpoint(path, opts, data_format, top_k, preprocess)
+    return Predictor.from_checkpoint(path, model, data_format, top_k, preprocess, finetune)
 
 
 # ---------------------------------------------------------------------------- prediction
