@@ -376,38 +376,9 @@ def replace(values, **given):
     return values._replace(**changed)
 
 
-# ------------------------------------------------------------------ the options value
-
-# Every flag as a plain value, in --help order: what the program runs with, whole or in
-# named parts, from train.py down to the model_fn, the input pipeline and inference.
-Options = collections.namedtuple('Options', [name for names in GROUPS.values()
-                                             for name in names])
-
-
-def options(flag_values=FLAGS):
-    """The parsed flags as an Options."""
-    return Options(**{name: flag_values[name].value for name in Options._fields})
-
-
-def defaults():
-    """Every flag's default as an Options (the tools' and tests' starting point)."""
-    return Options(**{name: FLAGS[name].default for name in Options._fields})
-
-
-# TRANSITION (#41): Options <-> Settings while callers move to groups; removed after.
-def grouped(opts):
-    """Settings of an Options."""
-    return _settings_of(lambda name: getattr(opts, name))
-
-
-def as_options(values):
-    """Options of Settings."""
-    return Options(**flat(values))
-
-
 def given(flag_values=FLAGS):
     """The names of the flags given on the command line."""
-    return {name for name in Options._fields if flag_values[name].present}
+    return {name for name in CONCERN_OF if flag_values[name].present}
 
 
 def grouped_help(program):

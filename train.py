@@ -1,10 +1,8 @@
 """The command line of the trainer: parses and validates the flags, unpacks them once
-into the Settings (flags.settings: the values in groups by concern) and runs the mode. Training and evaluation are
-mlimages/run/training.py's, inference mlimages/inference/serving.py's; the rest of the
-data flow is docs/layout.md's
-
-    flags -> file_db -> data (records, input_pipeline) -> image_preprocess -> resnet
-          -> model (loss, lr_schedule) -> run (model_fn, training: tf.estimator)
+into the Settings (flags.settings: the values in groups by concern) and runs the mode.
+Training is mlimages/run/training.py's, evaluation run/evaluation.py's, inference
+mlimages/inference/serving.py's; the map of the code (its layers, each package's modules)
+is mlimages/__init__.py's docstring.
 
     .venv/bin/python train.py --data_dir=/data/ml-images --class_num=11166 --resnet_size=101 ...
     .venv/bin/python train.py --demo        # builds a small dataset and trains on it on the CPU
@@ -41,7 +39,7 @@ from mlimages import errors  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
                              TrainingError, UsageError, stop_raises, stopped)
 from mlimages.inference import (export as export_lib, inference_io,  # noqa: E402
-                                inference_settings, runs, saved_models, serving)
+                                batch_outputs, inference_settings, saved_models, serving)
 from mlimages.model import precision  # noqa: E402
 from mlimages.run import calibration, checkpoints, estimator, evaluation, training  # noqa: E402
 
@@ -133,14 +131,13 @@ def trained_settings(settings):
         evaluation.evaluation_checkpoint(task.checkpoint_path, model_dir)
     else:
         inference_checkpoint(task.checkpoint_path, model_dir)
-    # TRANSITION (#41): inference_settings takes an Options until it moves to the groups.
-    opts, lines = inference_settings.for_options(
-        flags_lib.as_options(settings), flags_lib.given(), task.checkpoint_path or model_dir,
+    values, lines = inference_settings.checkpoint_settings(
+        flags_lib.flat(settings), flags_lib.given(), task.checkpoint_path or model_dir,
         inference_settings.MODE_SETTINGS[task.mode])
     tf.logging.info('%s', lines[0])
     for line in lines[1:]:
         tf.logging.warning('%s', line)
-    return flags_lib.grouped(opts)
+    return flags_lib.replace(settings, **values)
 
 
 def check_eval_model(checkpoint_path, model_dir, model):
@@ -166,14 +163,14 @@ def predict(settings):
     predictor = serving.load_predictor(
         checkpoint=inference_checkpoint(settings.task.checkpoint_path,
                                         settings.output.model_dir),
-        opts=flags_lib.as_options(settings), resnet_size=model.resnet_size,
+        model=model, finetune=settings.finetune, resnet_size=model.resnet_size,
         class_num=model.class_num, top_k=inference.top_k, preprocess=inference.preprocess)
     try:
         names = (inference_io.load_class_names(inference.class_dict, predictor.class_num)
                  if inference.class_dict else None)
         threshold, _ = threshold_and_file(inference.threshold, predictor.checkpoint,
                                           predictor.class_num)
-        processed, skipped = runs.run_predict(
+        processed, skipped = batch_outputs.predict_to(
             predictor, images, None, 'tsv', settings.data.batch_size, inference.top_k,
             threshold, names, PROGRAM)
     finally:
@@ -208,12 +205,11 @@ def export(settings, checkpoint_path=None):
     checkpoints.checkpoint_model(checkpoint_path, model.resnet_size, model.class_num)
     threshold, calibrated = threshold_and_file(inference.threshold, checkpoint_path,
                                                model.class_num)
-    # TRANSITION (#41): export and inference_settings take an Options until they move.
-    opts = flags_lib.as_options(settings)
     path = export_lib.export_saved_model(
-        checkpoint_path, settings.task.export_dir, opts, inference.top_k, inference.preprocess,
-        flags_lines=inference_settings.export_record(opts, checkpoint_path),
-        threshold=threshold if calibrated is None else None, calibrated=calibrated)
+        checkpoint_path, settings.task.export_dir, model, inference.top_k, inference.preprocess,
+        flags_lines=inference_settings.export_record(flags_lib.flat(settings), checkpoint_path),
+        threshold=threshold if calibrated is None else None, calibrated=calibrated,
+        finetune=settings.finetune)
     tf.logging.info('exported %s as the SavedModel %s (%s; %s; positives at %s)',
                     checkpoint_path, path, export_lib.describe(path),
                     serving.preprocessing_line(inference.preprocess, model.image_size),

@@ -335,22 +335,15 @@ def write_shard(path, records):
     return path
 
 
-def options(**given):
-    """train.py's options with every flag at its default (flags.defaults) but the given."""
-    return flags_lib.defaults()._replace(**given)
-
-
-def model_parts(opts, data_format='channels_last'):
-    """model_fn.Parts of an Options (or Settings), --data_format resolved to data_format."""
+def model_parts(values, data_format='channels_last'):
+    """model_fn.Parts of Settings, --data_format resolved to data_format."""
     from mlimages.run import model_fn
-    given = opts if isinstance(opts, flags_lib.Settings) else flags_lib.grouped(opts)
-    return model_fn.parts(given, data_format)
+    return model_fn.parts(values, data_format)
 
 
 def laid_out(values, data_format='channels_last'):
-    """Settings (of an Options too) with the model group's data_format resolved to
-    data_format, as estimator.for_this_process leaves it."""
-    values = values if isinstance(values, flags_lib.Settings) else flags_lib.grouped(values)
+    """Settings with the model group's data_format resolved to data_format, as
+    estimator.for_this_process leaves it."""
     return values._replace(model=values.model._replace(data_format=data_format))
 
 

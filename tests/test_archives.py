@@ -13,7 +13,7 @@ import tensorflow.compat.v1 as tf
 from PIL import Image
 
 from mlimages.data import input_pipeline
-from helpers import ROOT, build_records, options, run_program, run_session, write_lines
+from helpers import ROOT, build_records, run_program, run_session, settings, write_lines
 from mlimages.recordkit import archives
 from mlimages.recordkit import imagenet
 
@@ -223,7 +223,7 @@ def test_imagenet_1k_train_tar_of_tars_to_single_label_records(ilsvrc, tmp_path)
     # ready for --label_type=single: the trainer's parser reads them
     serialized = next(tf.io.tf_record_iterator(str(out / 'train' / '0.tfrecords')))
     with tf.Graph().as_default():
-        crop = options()  # an evaluation crop: the training crop's settings are not used
+        crop = settings().data  # an evaluation crop: the training crop's settings are not used
         image, label = input_pipeline.parse_record(tf.constant(serialized), False, 32, 3,
                                                 crop.object_cover, crop.area_cover, 'single',
                                                 'cpu')

@@ -142,28 +142,31 @@ def parse(args):
     values.append_flag_values(train.FLAGS)
     values.unparse_flags()  # the Flag objects are shared: no value of an earlier command
     values(['train.py'] + list(args))
-    opts = train.flags_lib.options(values)
-    train.validate(opts)
-    return opts
+    settings = train.flags_lib.settings(values)
+    train.validate(settings)
+    return settings
 
 
-def plan_task(opts, environ, gpus):
+def plan_task(settings, environ, gpus):
     """distribute.plan and the data format of one process seeing `gpus` GPUs."""
-    plan = distribute.plan(opts.distribution, opts.num_gpus, opts.worker_num, opts.worker_id,
-                           opts.batch_size, gpus, environ)
-    distribute.check_all_reduce_alg(opts.all_reduce_alg, plan.distribution)
-    resnet.resolve_data_format(opts.data_format, gpus > 0, cpu_fallback=not plan.trains)
+    cluster = settings.cluster
+    plan = distribute.plan(cluster.distribution, settings.devices.num_gpus, cluster.worker_num,
+                           cluster.worker_id, settings.data.batch_size, gpus, environ)
+    distribute.check_all_reduce_alg(cluster.all_reduce_alg, plan.distribution)
+    resnet.resolve_data_format(settings.model.data_format, gpus > 0,
+                               cpu_fallback=not plan.trains)
     return plan
 
 
 def check_train(env, args):
-    opts = parse(args)
+    settings = parse(args)
     config = env.get('TF_CONFIG')
     if config is not None and '...' in config:
         config = PLACEHOLDER_CLUSTER
     environ = {'TF_CONFIG': config} if config else {}
-    cluster_flags.setup(opts, environ)  # --worker_hosts: the TF_CONFIG train.py makes
-    plan_task(opts, environ, opts.num_gpus)
+    # --worker_hosts: the TF_CONFIG train.py makes
+    cluster_flags.setup(settings.cluster, settings.devices.num_gpus, environ)
+    plan_task(settings, environ, settings.devices.num_gpus)
     return 1
 
 
@@ -175,12 +178,13 @@ def check_launcher(args):
     cluster = launcher.cluster_addresses(options.workers, ps, ports=list(range(
         1, options.workers + ps + 1)))
     names = launcher.task_names(cluster) + ([('evaluator', 0)] if options.evaluator else [])
-    opts = parse(train_flags + ['--distribution=' + options.distribution])
-    gpus_per_task = opts.num_gpus if options.gpus_per_task is None else options.gpus_per_task
+    settings = parse(train_flags + ['--distribution=' + options.distribution])
+    gpus_per_task = (settings.devices.num_gpus if options.gpus_per_task is None
+                     else options.gpus_per_task)
     gpus = launcher.task_gpus(names, gpus_per_task, options.evaluator_gpus, None)
     for task_type, index in names:
         visible = gpus['%s:%d' % (task_type, index)]
-        plan_task(opts, {'TF_CONFIG': launcher.tf_config(cluster, task_type, index)},
+        plan_task(settings, {'TF_CONFIG': launcher.tf_config(cluster, task_type, index)},
                   len(visible.split(',')) if visible else 0)
     return len(names)
 
@@ -190,9 +194,9 @@ def check_plan_run(args):
     from mlimages.cli import plan_run
     from mlimages.run import run_plan
     own, train_flags = plan_run.build_parser().parse_known_args(args)
-    opts = parse(train_flags)
-    run_plan.job(opts, {})
-    assert own.train_images or opts.data_dir
+    settings = parse(train_flags)
+    run_plan.job(settings.cluster, settings.devices.num_gpus, settings.data.batch_size, {})
+    assert own.train_images or settings.data.data_dir
     return 1
 
 
@@ -288,11 +292,11 @@ def test_the_tfjob_flags_plan_for_every_replica():
                    for kind, spec in specs.items() if kind != 'Evaluator'}
         for kind, spec in specs.items():
             container = spec['template']['spec']['containers'][0]
-            opts = parse(container['args'])
+            settings = parse(container['args'])
             gpus = container.get('resources', {}).get('limits', {}).get('nvidia.com/gpu', 0)
             config = json.dumps({'cluster': cluster,
                                  'task': {'type': kind.lower(), 'index': 0}})
-            plan_task(opts, {'TF_CONFIG': config}, gpus)
+            plan_task(settings, {'TF_CONFIG': config}, gpus)
 
 
 @pytest.mark.parametrize('line', [
@@ -360,25 +364,29 @@ def slurm_tasks(path):
 
 
 def run_batch(where, env, script, args):
-    """(opts, images a global step) of a documented training command: a worker's step for
+    """(settings, images a global step) of a documented training command: a worker's step for
     asynchronous ps (lr_rule's batch)."""
     if script == 'launch_local_cluster.py':
         split = args.index('--') if '--' in args else len(args)
         options = launcher.build_parser().parse_args(args[:split])
-        opts = parse(args[split + 1:] + ['--distribution=' + options.distribution])
+        settings = parse(args[split + 1:] + ['--distribution=' + options.distribution])
         ps = options.ps if options.distribution == 'ps' else 0
         cluster = launcher.cluster_addresses(options.workers, ps, ports=list(range(
             1, options.workers + ps + 1)))
-        gpus = opts.num_gpus if options.gpus_per_task is None else options.gpus_per_task
-        plan = plan_task(opts, {'TF_CONFIG': launcher.tf_config(cluster, 'chief', 0)}, gpus)
-        return opts, plan.images_per_global_step
-    opts = parse(args)
+        gpus = (settings.devices.num_gpus if options.gpus_per_task is None
+                else options.gpus_per_task)
+        plan = plan_task(settings, {'TF_CONFIG': launcher.tf_config(cluster, 'chief', 0)},
+                         gpus)
+        return settings, plan.images_per_global_step
+    settings = parse(args)
+    num_gpus = settings.devices.num_gpus
     if where.split(': ', 1)[-1].startswith('srun '):  # Slurm: one collective task a rank
-        return opts, slurm_tasks(where.split(':')[0]) * opts.num_gpus * opts.batch_size
+        return settings, (slurm_tasks(where.split(':')[0]) * num_gpus
+                          * settings.data.batch_size)
     config = env.get('TF_CONFIG')
     environ = {'TF_CONFIG': config} if config else {}
-    cluster_flags.setup(opts, environ)
-    return opts, plan_task(opts, environ, opts.num_gpus).images_per_global_step
+    cluster_flags.setup(settings.cluster, num_gpus, environ)
+    return settings, plan_task(settings, environ, num_gpus).images_per_global_step
 
 
 def given(args, name):
@@ -404,18 +412,21 @@ def training_row(where, env, script, args):
     """What a documented training command is: (kind, global batch, lr, rule, checkpoint GiB,
     epochs or None) -- None for a line that does not train."""
     from mlimages.run import lr_rule, run_plan
-    opts, batch = run_batch(where, env, script, args)
-    kind = lr_rule.run_kind(opts.label_type, opts.pretrain_ckpt, opts.demo)
-    if opts.mode not in TRAINING_MODES:
+    settings, batch = run_batch(where, env, script, args)
+    schedule, output = settings.schedule, settings.output
+    kind = lr_rule.run_kind(settings.data.label_type, settings.finetune.pretrain_ckpt,
+                            settings.task.demo)
+    if settings.task.mode not in TRAINING_MODES:
         return None
-    kept = min(opts.max_to_keep, run_plan.checkpoint_saves(opts)) if opts.max_iter > 0 \
-        else opts.max_to_keep
+    kept = min(output.max_to_keep, run_plan.checkpoint_saves(schedule.max_iter, output.snapshot)
+               ) if schedule.max_iter > 0 else output.max_to_keep
     images = {11166: lr_rule.ML_IMAGES_TRAIN, 1000: lr_rule.IMAGENET_TRAIN}.get(
-        opts.class_num)
-    return dict(opts=opts, kind=kind, batch=batch, lr=opts.lr,
+        settings.model.class_num)
+    return dict(schedule=schedule, kind=kind, batch=batch, lr=schedule.lr,
                 rule=lr_rule.rule_lr(kind, batch),
-                disk=kept * run_plan.checkpoint_bytes(opts) / run_plan.GiB,
-                epochs=opts.max_iter * batch / images if images and opts.max_iter > 0 else None)
+                disk=kept * run_plan.run_checkpoint_bytes(settings) / run_plan.GiB,
+                epochs=schedule.max_iter * batch / images if images and schedule.max_iter > 0
+                else None)
 
 
 def training_commands():
@@ -435,7 +446,7 @@ def fragment(where):
 def rule_problems(where, args, row):
     """What is wrong with a documented run against its rule (an empty list: nothing)."""
     from mlimages.run import lr_rule
-    problems, opts, batch = [], row['opts'], row['batch']
+    problems, schedule, batch = [], row['schedule'], row['batch']
     if row['kind'] == lr_rule.DEMO:
         return []
     if fragment(where):  # only what it states: a --lr must be its rule's
@@ -445,13 +456,13 @@ def rule_problems(where, args, row):
         problems.append('lr %g, the %s rule %g at %d' % (row['lr'], row['kind'], row['rule'],
                                                          batch))
     steps = [('lr_decay_step', 110000 if row['kind'] == lr_rule.PRETRAINING else 150000)]
-    if row['kind'] == lr_rule.PRETRAINING and opts.warmup > 0:
+    if row['kind'] == lr_rule.PRETRAINING and schedule.warmup > 0:
         steps += [('warmup', 35200), ('lr_warmup_decay_step', 4400)]
-        if abs(opts.lr_warmup / lr_rule.pretraining_warmup_lr(batch) - 1) > LR_TOLERANCE:
-            problems.append('lr_warmup %g' % opts.lr_warmup)
+        if abs(schedule.lr_warmup / lr_rule.pretraining_warmup_lr(batch) - 1) > LR_TOLERANCE:
+            problems.append('lr_warmup %g' % schedule.lr_warmup)
     # The reference runs' step counts belong to their data: checked where it is theirs.
     for name, reference in steps if row['epochs'] is not None else ():
-        value, rule = getattr(opts, name), lr_rule.scaled_steps(reference, batch, row['kind'])
+        value, rule = getattr(schedule, name), lr_rule.scaled_steps(reference, batch, row['kind'])
         if value and abs(value / rule - 1) > LR_TOLERANCE:
             problems.append('--%s=%d, the rule %d' % (name, value, rule))
     problems += ['no --%s' % name for name in ('batch_size', 'max_to_keep')

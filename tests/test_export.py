@@ -19,9 +19,9 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 import flags
 from mlimages.inference import export, onnx_export, saved_models, serving
-from mlimages.run import calibration, training
+from mlimages.run import calibration, estimator as estimator_lib, evaluation
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import CLASSES, ENV, ROOT, options, run_main, train_model
+from helpers import CLASSES, ENV, ROOT, laid_out, run_main, settings, train_model
 from references import f1_optimal_thresholds
 from mlimages.cli import export_onnx
 from mlimages.cli import predict as predict_tool
@@ -267,22 +267,23 @@ def test_export_onnx_refuses_what_it_cannot_convert(exported, tmp_path, capsys, 
     assert os.listdir(str(tmp_path)) == []
 
 
-def eval_options(data, model_dir, **given):
-    return options(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE,
-                   batch_norm_decay=0.0, data_dir=data, model_dir=model_dir, batch_size=12,
-                   data_format='NHWC', **given)
+def eval_settings(data, model_dir, **given):
+    return settings(resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE,
+                    batch_norm_decay=0.0, data_dir=data, model_dir=model_dir, batch_size=12,
+                    data_format='NHWC', **given)
 
 
 def scores_of_eval(data, model_dir, checkpoint):
     """Estimator.predict's scores and the labels of the val split, through the evaluation's
     own input_fn (one batch, as the evaluation ran it)."""
-    opts = eval_options(data, model_dir)
-    files = training.evaluation_files(opts)
-    estimator = training.make_estimator(opts, 'channels_last', training.derived_values(opts))
+    values = laid_out(eval_settings(data, model_dir))
+    files = evaluation.evaluation_files(values.data, values.model.class_num)
+    estimator = estimator_lib.make_estimator(values, estimator_lib.derived_values(values))
     scores = np.stack([row['scores'] for row in estimator.predict(
-        training.eval_input_fn(opts, files), checkpoint_path=checkpoint)])
+        estimator_lib.eval_input_fn(values.data, values.model, files),
+        checkpoint_path=checkpoint)])
     with tf.Graph().as_default(), tf.Session() as session:
-        dataset = training.eval_input_fn(opts, files)()
+        dataset = estimator_lib.eval_input_fn(values.data, values.model, files)()
         _, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         labels = session.run(labels)
     return labels, scores
@@ -296,8 +297,8 @@ def test_calibrated_thresholds_from_eval_to_predict_and_the_saved_model(exported
     predict.py --threshold=calibrated and the SavedModel's positives use them."""
     data, model_dir, _ = exported
     checkpoint = os.path.join(model_dir, 'model.ckpt-2')
-    results = training.evaluate(eval_options(data, model_dir, mode='eval',
-                                             threshold='calibrated', log_dir=str(tmp_path)))
+    results = evaluation.evaluate(eval_settings(data, model_dir, mode='eval',
+                                                threshold='calibrated', log_dir=str(tmp_path)))
     for key in ('micro_f1', 'macro_f1'):
         assert results[key + '_global'] == pytest.approx(results[key], abs=1e-12)
     assert results['macro_f1_calibrated'] >= results['macro_f1']

@@ -1,4 +1,4 @@
-"""flags.py: every flag in one --help group, Options from parsed flags, defaults(), given(),
+"""flags.py: every flag in one --help group, the Settings groups from parsed flags, their defaults, given(),
 the CHECKS table and the rules across flags, and the grouped --help text."""
 import re
 
@@ -13,36 +13,39 @@ def parsed(*argv):
     """A fresh FlagValues holding train.py's flags, parsed from argv (the global FLAGS
     stays untouched)."""
     values = absl_flags.FlagValues()
-    for name in flags_lib.Options._fields:
+    for name in flags_lib.CONCERN_OF:
         values[name] = flags_lib.FLAGS[name]
     values.unparse_flags()
     values(['train.py'] + list(argv))
     return values
 
 
-def test_every_flag_is_in_exactly_one_group_and_in_the_options():
+def test_every_flag_is_in_exactly_one_group_and_in_the_settings():
     grouped = [name for names in flags_lib.GROUPS.values() for name in names]
     assert len(grouped) == len(set(grouped))
-    assert list(flags_lib.Options._fields) == grouped
+    assert list(flags_lib.flat(flags_lib.default_settings())) == grouped
+    concerns = [name for names in flags_lib.CONCERNS.values() for name in names]
+    assert sorted(concerns) == sorted(grouped) and len(concerns) == len(set(concerns))
 
 
 def test_defaults_are_the_definitions_defaults():
-    defaults = flags_lib.defaults()
-    for name in flags_lib.Options._fields:
-        assert getattr(defaults, name) == flags_lib.FLAGS[name].default, name
+    defaults = flags_lib.flat(flags_lib.default_settings())
+    for name in defaults:
+        assert defaults[name] == flags_lib.FLAGS[name].default, name
     # the original's values where they work (docs/original.md)
-    assert defaults.mode == 'train' and defaults.resnet_size == 101
-    assert defaults.data_format == 'auto' and defaults.max_to_keep == 200
+    assert defaults['mode'] == 'train' and defaults['resnet_size'] == 101
+    assert defaults['data_format'] == 'auto' and defaults['max_to_keep'] == 200
 
 
-def test_options_and_given_follow_the_command_line():
+def test_settings_and_given_follow_the_command_line():
     values = parsed('--batch_size=7', '--mode=eval', '--lr=0.5')
-    opts = flags_lib.options(values)
-    assert (opts.batch_size, opts.mode, opts.lr) == (7, 'eval', 0.5)
+    settings = flags_lib.settings(values)
+    assert (settings.data.batch_size, settings.task.mode, settings.schedule.lr) == (7, 'eval', 0.5)
     assert flags_lib.given(values) == {'batch_size', 'mode', 'lr'}
-    assert opts._replace(batch_size=0, mode='train', lr=0)._fields == opts._fields
-    untouched = flags_lib.options(parsed())
-    assert untouched == flags_lib.defaults() and flags_lib.given(parsed()) == set()
+    back = flags_lib.replace(settings, batch_size=512, mode='train', lr=0.1)
+    assert back == flags_lib.default_settings()
+    untouched = flags_lib.settings(parsed())
+    assert untouched == flags_lib.default_settings() and flags_lib.given(parsed()) == set()
 
 
 def test_the_defaults_pass_every_check():
@@ -50,10 +53,11 @@ def test_the_defaults_pass_every_check():
 
 
 def test_every_check_names_a_flag_and_rejects_a_bad_value():
-    assert set(flag_checks.CHECKS) <= set(flags_lib.Options._fields)
+    defaults = flags_lib.flat(flags_lib.default_settings())
+    assert set(flag_checks.CHECKS) <= set(defaults)
     bad = {int: -5, float: float('nan'), str: 'no-such-value'}
     for name, check in flag_checks.CHECKS.items():
-        default = getattr(flags_lib.defaults(), name)
+        default = defaults[name]
         assert check(name, default) is None, name
         message = check(name, bad[type(default)])
         if message is None and isinstance(default, (int, float)):

@@ -28,15 +28,15 @@ def manifest(name):
         return yaml.safe_load(f)
 
 
-def parsed_options(args):
+def parsed_settings(args):
     """train.py's own parser and validation on the manifest's arguments."""
     values = absl_flags.FlagValues()
     values.append_flag_values(train.FLAGS)
     values.unparse_flags()  # the Flag objects are shared: no value of an earlier manifest
     values(['train.py'] + list(args))
-    opts = train.flags_lib.options(values)
-    train.validate(opts)
-    return opts
+    settings = train.flags_lib.settings(values)
+    train.validate(settings)
+    return settings
 
 
 @pytest.mark.parametrize('name,distribution,types', [
@@ -53,14 +53,14 @@ def test_tfjob_runs_train_py_with_valid_flags(name, distribution, types):
     images = {c['image'] for c in containers.values()}
     argument_lists = {tuple(c['args']) for c in containers.values()}
     assert len(images) == 1 and len(argument_lists) == 1  # one image, one command line
-    opts = parsed_options(argument_lists.pop())
-    assert opts.distribution == distribution
+    settings = parsed_settings(argument_lists.pop())
+    assert settings.cluster.distribution == distribution
     for kind, container in containers.items():
         gpus = container.get('resources', {}).get('limits', {}).get('nvidia.com/gpu', 0)
-        assert gpus == (0 if kind == 'PS' else opts.num_gpus), kind
+        assert gpus == (0 if kind == 'PS' else settings.devices.num_gpus), kind
         mounts = {m['mountPath'] for m in container['volumeMounts']}
-        assert any(opts.model_dir.startswith(m + '/') for m in mounts), kind
-        assert any(opts.data_dir.startswith(m + '/') for m in mounts), kind
+        assert any(settings.output.model_dir.startswith(m + '/') for m in mounts), kind
+        assert any(settings.data.data_dir.startswith(m + '/') for m in mounts), kind
 
 
 def test_the_image_runs_train_py():
@@ -72,9 +72,9 @@ def test_the_image_runs_train_py():
 
 def test_the_check_itself_refuses_what_train_py_refuses():
     with pytest.raises(absl_flags.Error):
-        parsed_options(['--batchsize=64'])
+        parsed_settings(['--batchsize=64'])
     with pytest.raises(train.UsageError):
-        parsed_options(['--resnet_size=42'])
+        parsed_settings(['--resnet_size=42'])
 
 
 @pytest.mark.parametrize('name', ['tfjob-ps.yaml', 'tfjob-collective.yaml'])
@@ -89,10 +89,10 @@ def test_gpu_pods_get_shared_memory_a_node_compile_cache_and_the_fast_layout(nam
         mounted = {m['mountPath']: volumes[m['name']] for m in container['volumeMounts']}
         assert mounted['/dev/shm']['emptyDir']['medium'] == 'Memory', kind
         assert mounted[image_cache_path()]['hostPath']['path'], kind  # one per node
-        opts = parsed_options(container['args'])
+        model = parsed_settings(container['args']).model
         # Nothing the layout pass would convert again (resnet.resolve_data_format).
-        assert resnet.resolve_data_format(opts.data_format, True, dtype=opts.dtype) == \
-            resnet.resolve_data_format('auto', True, dtype=opts.dtype), kind
+        assert resnet.resolve_data_format(model.data_format, True, dtype=model.dtype) == \
+            resnet.resolve_data_format('auto', True, dtype=model.dtype), kind
 
 
 def test_every_docker_run_of_a_gpu_gives_nccl_shared_memory_and_keeps_the_cache():

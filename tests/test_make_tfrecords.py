@@ -375,9 +375,10 @@ def test_make_tfrecords_sparse_flag_and_mixed_layouts_train_side_by_side(tmp_pat
     assert records_lib.first_label_length(files[1]) == SPARSE_CLASSES
     assert records_lib.first_label_length(files[0]) is None  # sparse: checked per record
     with tf.Graph().as_default():
-        from helpers import options
-        opts = options(batch_size=12, class_num=SPARSE_CLASSES, image_size=16)
-        dataset = input_pipeline.input_fn(opts, False, files, 'device')
+        from helpers import settings
+        values = settings(batch_size=12, class_num=SPARSE_CLASSES, image_size=16,
+                          augment_on='device')
+        dataset = input_pipeline.input_fn(values.data, values.model, False, files)
         images_out, labels = run_session(tf.data.make_one_shot_iterator(dataset).get_next())
     assert images_out.shape == (12, 16, 16, 3)
     np.testing.assert_array_equal(labels[:6], labels[6:])  # same lists, two layouts

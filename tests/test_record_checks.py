@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from mlimages.data import input_pipeline
 from mlimages.data import records
 from helpers import CHECK_CLASSES as CLASSES, JPEG, ODD_BUT_FINE, encode_noise as encode, \
-    encode_pixels, label_vector, options, raw_label_record, record, smooth_pixels
+    encode_pixels, label_vector, raw_label_record, record, settings as train_settings, smooth_pixels
 from mlimages.recordkit import record_checks as rc
 
 tf.disable_v2_behavior()
@@ -75,7 +75,7 @@ def parser_graph():
     graph = tf.Graph()
     with graph.as_default():
         serialized = tf.placeholder(tf.string, [], name='serialized')
-        crop = options()  # an evaluation crop: the training crop's settings are not used
+        crop = train_settings().data  # an evaluation crop: the training crop's settings are not used
         outputs = input_pipeline.parse_record(serialized, False, 16, 3, crop.object_cover,
                                        crop.area_cover, 'multi', 'cpu')
     session = tf.Session(graph=graph)

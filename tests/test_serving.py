@@ -19,7 +19,7 @@ from mlimages import errors
 from mlimages.run import model_fn
 from mlimages.inference import export, saved_models, serving
 import train  # noqa: F401 (graph mode, as train.py runs)
-from helpers import CLASSES, options, run_main, run_train, train_model
+from helpers import CLASSES, model_parts, run_main, run_train, settings, train_model
 from mlimages.cli import extract_features
 from mlimages.cli import predict as predict_tool
 
@@ -139,9 +139,9 @@ def estimator_reference(trained, images, preprocess):
         # depend on the batch size (~1e-6 relative), the graph itself does not differ.
         return dataset.batch(len(encoded))
 
-    opts = options(resnet_size=18, class_num=CLASSES, batch_norm_decay=0.0)
+    values = settings(resnet_size=18, class_num=CLASSES, batch_norm_decay=0.0)
     estimator = tf.estimator.Estimator(
-        model_fn.make_model_fn(opts, model_fn.Run(data_format='channels_last')),
+        model_fn.make_model_fn(model_parts(values), model_fn.Derived()),
         model_dir=model_dir)
     rows = list(estimator.predict(input_fn))
     result = {key: np.stack([row[key] for row in rows])
@@ -494,8 +494,8 @@ def model_on_inputs(model_dir, inputs):
     """features and probabilities of the checkpoint's model on given network inputs."""
     with tf.Graph().as_default(), tf.Session() as session:
         images = tf.placeholder(tf.float32, [None, IMAGE_SIZE, IMAGE_SIZE, 3])
-        model = model_fn.make_model_fn(options(resnet_size=18, class_num=CLASSES),
-                                       model_fn.Run(data_format='channels_last'))
+        model = model_fn.make_model_fn(
+            model_parts(settings(resnet_size=18, class_num=CLASSES)), model_fn.Derived())
         spec = model(images, None, tf.estimator.ModeKeys.PREDICT)
         serving.restore(session, tf.train.latest_checkpoint(model_dir))
         return session.run(spec.predictions, {images: np.stack(inputs).astype(np.float32)})

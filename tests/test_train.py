@@ -12,7 +12,7 @@ import flags as flags_lib
 import train
 from mlimages.config import flag_checks
 from mlimages.model import memory
-from helpers import CLASSES, ROOT, checkpoint_values, options, run_train, scalar_tags, \
+from helpers import CLASSES, ROOT, checkpoint_values, run_train, scalar_tags, \
     small_run_flags
 
 

@@ -76,19 +76,18 @@ def build_step(name, files, args, literal_model=False, xla=None):
     from mlimages.data import input_pipeline
     from mlimages.run import model_fn
     import flags
-    # TRANSITION (#41): input_fn and model_fn take an Options until they take the groups.
-    opts = flags.as_options(flags.replace(step_settings(args),
-                                          use_synthetic_data=name.startswith('synthetic')))
+    settings = flags.replace(step_settings(args), augment_on=args.step_augment_on,
+                             use_synthetic_data=name.startswith('synthetic'))
     xla = args.xla if xla is None else xla
     graph = tf.Graph()
     with graph.as_default():
-        dataset = input_pipeline.input_fn(opts, True, files, args.step_augment_on)
+        dataset = input_pipeline.input_fn(settings.data, settings.model, True, files)
         iterator = tf.data.make_initializable_iterator(dataset)
         features, labels = iterator.get_next()
-        run = model_fn.Run(data_format='channels_last', images_per_step=opts.batch_size,
-                           cpu_input_grad=not literal_model)
-        spec = model_fn.make_model_fn(opts, run)(features, labels,
-                                                 tf.estimator.ModeKeys.TRAIN)
+        derived = model_fn.Derived(images_per_step=settings.data.batch_size,
+                                   cpu_input_grad=not literal_model)
+        spec = model_fn.make_model_fn(model_fn.parts(settings, 'channels_last'), derived)(
+            features, labels, tf.estimator.ModeKeys.TRAIN)
         init = [iterator.initializer, tf.global_variables_initializer(),
                 tf.local_variables_initializer()]
     config = tf.ConfigProto()

@@ -5,7 +5,7 @@ one process per device (a local collective job), side by side: tools/benchmark.p
     python tools/benchmark.py --startup                        # ResNet-101, 1 and 8 replicas
     python tools/benchmark.py --startup --startup_sizes 50 101 --startup_replicas 1 2 4 8
 
-Every run is train.py's own command line (train.run) on synthetic data, in fresh
+Every run is train.py's own command line (train.from_command_line) on synthetic data, in fresh
 processes that stop right after their first step:
   single       one process, one device, no strategy (train.py --num_gpus=1): the base
   mirrored R   one process whose CPU is split into R logical devices, MirroredStrategy
@@ -65,7 +65,7 @@ import train
 import tensorflow.compat.v1 as tf
 from tensorflow.python.training import basic_session_run_hooks, session_manager
 from mlimages.distributed import distribute
-from mlimages.run import training
+from mlimages.run import estimator
 T['imported'] = time.time()
 if mode == 'mirrored':
     cpu = tf.config.list_physical_devices('CPU')[0]
@@ -73,12 +73,12 @@ if mode == 'mirrored':
         cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
     distribute.mirrored_devices = lambda k: ['/device:CPU:%d' % i for i in range(k)]
     distribute.check_num_gpus = lambda num_gpus, gpu_count: None
-    config_of = training.session_config
+    config_of = estimator.session_config
     def session_config(*args, **kwargs):
         config = config_of(*args, **kwargs)
         config.device_count['CPU'] = replicas
         return config
-    training.session_config = session_config
+    estimator.session_config = session_config
 
 def timed(owner, name, key):
     """T[key_start] and T[key_end] of the first call of owner.name."""
@@ -124,7 +124,7 @@ class FirstStep(tf.train.SessionRunHook):
         os._exit(0)  # the first step is what is measured: no final checkpoint, no teardown
 
 T['train'] = time.time()
-train.run([FirstStep()])
+train.from_command_line([FirstStep()])
 '''
 
 

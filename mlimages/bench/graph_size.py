@@ -4,7 +4,7 @@
     .venv/bin/python tools/graph_size.py --resnet_size 101 --replicas 1 4 --class_num 11166
 
 For each replica count R a fresh child process splits its CPU into R logical devices and
-builds train.py's real training graph there (training.make_estimator: MirroredStrategy
+builds train.py's real training graph there (estimator.make_estimator: MirroredStrategy
 over the R devices, model_fn, the optimizer, synthetic data), up to the moment the first
 session would start; a hook then reports
 
@@ -49,7 +49,7 @@ if sys.argv[7] == 'mirrored':  # MirroredStrategy even over one device
         d, n, distribute.mirrored_devices(n), gpu_count, **kw)
 import flags as flags_lib
 import train
-from mlimages.run import training
+from mlimages.run import estimator as estimator_lib
 
 class Measured(Exception):
     pass
@@ -70,13 +70,16 @@ F(['train.py', '--resnet_size=%s' % sys.argv[2], '--class_num=%s' % sys.argv[3],
    '--image_size=%s' % sys.argv[4], '--batch_size=2', '--num_gpus=%d' % R,
    '--use_synthetic_data', '--data_format=NHWC', '--visiable_gpu=-1', '--max_iter=1',
    '--model_dir=' + sys.argv[5], '--dtype=' + sys.argv[6]] + sys.argv[8:])
-opts = flags_lib.as_options(flags_lib.settings(F))  # TRANSITION (#41): training's Options
+settings = flags_lib.settings(F)
+settings = settings._replace(model=settings.model._replace(data_format='channels_last'))
 plan = distribute.plan('none', R, 1, 0, 2, R, {})
-estimator = training.make_estimator(opts, training.model_run(opts, 'channels_last', plan), plan)
+estimator = estimator_lib.make_estimator(
+    settings, estimator_lib.derived_values(settings, plan), plan)
 estimator._session_config.device_count['CPU'] = R
 START = time.time()
 try:
-    estimator.train(training.training_input_fn(opts, []), hooks=[Probe()], max_steps=1)
+    estimator.train(estimator_lib.training_input_fn(settings.data, settings.model, []),
+                    hooks=[Probe()], max_steps=1)
 except Measured as e:
     print('GRAPH ' + str(e))
 '''

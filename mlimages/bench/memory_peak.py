@@ -71,16 +71,15 @@ def measure(tf, depth, batch, image, class_num, dtype):
     settings = flags_lib.replace(
         flags_lib.default_settings(), resnet_size=depth, batch_size=batch, image_size=image,
         class_num=class_num, dtype=dtype, use_synthetic_data=True)
-    opts = flags_lib.as_options(settings)  # TRANSITION (#41): model_fn's Options
-    run = model_fn.Run(
-        data_format='channels_last', images_per_step=batch, images_per_global_step=batch,
-        max_steps=None, worker_name='worker', job=False, legacy_counters=False,
-        leaf_mask=None, warm_start=None, head_shards=1, stop_together=False,
-        score_hook=None)
+    derived = model_fn.Derived(
+        images_per_step=batch, images_per_global_step=batch, max_steps=None,
+        worker_name='worker', job=False, legacy_counters=False, leaf_mask=None,
+        warm_start=None, head_shards=1, stop_together=False, score_hook=None)
     with tf.Graph().as_default():
         features = {input_pipeline.SYNTHETIC: tf.zeros([batch, image, image, 0], tf.uint8)}
         spec = model_fn.resnet_model_fn(features, tf.zeros([batch, 0]),
-                                        tf.estimator.ModeKeys.TRAIN, opts, run)
+                                        tf.estimator.ModeKeys.TRAIN,
+                                        model_fn.parts(settings, 'channels_last'), derived)
         with tf.Session(config=devices.session_config()) as session:
             session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
             session.run(spec.train_op)

@@ -161,9 +161,8 @@ def pipeline_dataset(name, files, args):
         args.defaults, batch_size=args.batch_size, class_num=args.class_num,
         image_size=args.image_size, shuffle_buffer=args.shuffle_buffer,
         num_preprocess_threads=args.num_preprocess_threads,
-        private_threads=args.private_threads)
-    # TRANSITION (#41): input_fn takes an Options until it takes the groups.
-    return input_pipeline.input_fn(flags.as_options(settings), True, files, augment_on)
+        private_threads=args.private_threads, augment_on=augment_on)
+    return input_pipeline.input_fn(settings.data, settings.model, True, files)
 
 
 class Measured(object):

@@ -68,21 +68,21 @@ def placement(ps_tasks, settings):
     import tensorflow.compat.v1 as tf
     from mlimages.config import startup
     from mlimages.distributed import distribute
-    import flags as flags_lib
+    from mlimages.run import estimator as estimator_lib
     from mlimages.run import model_fn
-    from mlimages.run import training
     startup.before_tensorflow(PROG, [])  # quiet, as train.py (this once imported it)
-    # TRANSITION (#41): training and model_fn take an Options until they take the groups.
-    opts = flags_lib.as_options(settings)
+    settings = settings._replace(model=settings.model._replace(data_format='channels_last'))
+    batch, model = settings.data.batch_size, settings.model
     config = fake_cluster(ps_tasks)
-    plan = distribute.plan('ps', 1, 1, 0, opts.batch_size, 0, {'TF_CONFIG': config})
-    run = training.model_run(opts, 'channels_last', plan)
+    plan = distribute.plan('ps', 1, 1, 0, batch, 0, {'TF_CONFIG': config})
+    derived = estimator_lib.derived_values(settings, plan)
     with environment(TF_CONFIG=config):
-        estimator = training.make_estimator(opts, run, plan)
+        estimator = estimator_lib.make_estimator(settings, derived, plan)
     with tf.Graph().as_default() as graph, graph.device(estimator._device_fn):
-        images = tf.zeros([opts.batch_size, opts.image_size, opts.image_size, 3])
-        labels = tf.zeros([opts.batch_size, opts.class_num])
-        model_fn.make_model_fn(opts, run)(images, labels, tf.estimator.ModeKeys.TRAIN)
+        images = tf.zeros([batch, model.image_size, model.image_size, 3])
+        labels = tf.zeros([batch, model.class_num])
+        model_fn.make_model_fn(model_fn.parts(settings, model.data_format), derived)(
+            images, labels, tf.estimator.ModeKeys.TRAIN)
         placed = variable_bytes(graph)
         tasks = {v.op.name: v.device for v in tf.global_variables()}
     unplaced = [d for d in placed if not d.startswith(PS_TASK)]

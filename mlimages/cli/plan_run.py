@@ -52,21 +52,23 @@ def main(argv=None):
     from mlimages.errors import UsageError
     from mlimages.run import run_plan
     try:
-        opts = train_options(train_flags)
-        plan, gpus = run_plan.job(opts, dict(os.environ))
-        images = run_plan.training_images(opts, args.train_images)
-        lines = run_plan.plan_lines(opts, plan, gpus, images, args.hours, args.images_per_sec,
-                                    args.gpu_memory)
+        settings = train_settings(train_flags)
+        plan, gpus = run_plan.job(settings.cluster, settings.devices.num_gpus,
+                                  settings.data.batch_size, dict(os.environ))
+        images = run_plan.training_images(settings.data, args.train_images)
+        lines = run_plan.plan_lines(settings, plan, gpus, images, args.hours,
+                                    args.images_per_sec, args.gpu_memory)
     except (absl_flags.Error, UsageError) as e:
         sys.stderr.write('%s: error: %s\n' % (PROG, e))
         return 2
     print('\n'.join(lines))
     if args.lr_png:
-        draw_learning_rates(args.lr_png, opts, plan, images)
+        draw_learning_rates(args.lr_png, settings.schedule, settings.model.resnet_size, plan,
+                            images)
     return 0
 
 
-def train_options(train_flags):
+def train_settings(train_flags):
     """train.py's flags among the arguments, parsed and checked as train.py does, into a
     FlagValues of their own (the global one stays unparsed)."""
     from absl import flags as absl_flags
@@ -75,19 +77,19 @@ def train_options(train_flags):
     values.append_flag_values(flags_lib.FLAGS)
     values.unparse_flags()  # the Flag objects are train.py's: no value of an earlier parse
     values([PROG] + train_flags)
-    # TRANSITION (#41): run_plan and the checks take an Options until they take groups.
-    opts = flags_lib.as_options(flags_lib.settings(values))
-    flags_lib.validate(opts)
-    return opts
+    from mlimages.config import flag_checks
+    settings = flags_lib.settings(values)
+    flag_checks.validate(settings)
+    return settings
 
 
-def draw_learning_rates(path, opts, plan, images):
-    """--lr_png: the learning rate against the epoch, drawn at path, and the line that
-    says so."""
+def draw_learning_rates(path, schedule, resnet_size, plan, images):
+    """--lr_png: the learning rate of the schedule group against the epoch, drawn at path,
+    and the line that says so."""
     from mlimages.run import run_plan
-    steps = run_plan.curve_steps(opts)
-    run_plan.draw_curve(path, steps, run_plan.learning_rates(opts, steps),
+    steps = run_plan.curve_steps(schedule)
+    run_plan.draw_curve(path, steps, run_plan.learning_rates(schedule, steps),
                         images / float(plan.images_per_global_step),
                         'learning rate: ResNet-%d, %d images a step, %d steps' % (
-                            opts.resnet_size, plan.images_per_global_step, opts.max_iter))
+                            resnet_size, plan.images_per_global_step, schedule.max_iter))
     print('learning-rate curve: %s' % path)

@@ -27,7 +27,6 @@ import tensorflow.compat.v1 as tf
 from tensorflow.core.framework import variable_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
-import flags
 from mlimages.distributed import devices
 from mlimages.errors import UsageError
 from mlimages.inference import saved_models, serving
@@ -44,7 +43,7 @@ def export_saved_model(checkpoint_path, export_dir, model, top_k=DEFAULT_TOP_K,
                        preprocess=serving.DEFAULT_PREPROCESS, version=None, flags_lines=None,
                        threshold=DEFAULT_THRESHOLD, calibrated=None, finetune=None):
     """Writes the inference graph of the model group (flags.Model; finetune:
-    serving.model_options') (module docstring) with the checkpoint's weights as the
+    serving.model_parts') (module docstring) with the checkpoint's weights as the
     SavedModel export_dir/<version>/ (TensorFlow Serving's layout; earlier versions stay),
     its preprocessing (serving.PREPROCESSING[preprocess]) built in and recorded in
     assets.extra/preprocessing.txt; flags_lines, when given, as assets.extra/flags.txt (the
@@ -58,8 +57,6 @@ def export_saved_model(checkpoint_path, export_dir, model, top_k=DEFAULT_TOP_K,
     (the variables are float32 in every dtype's checkpoint), NHWC (runs on CPUs and GPUs
     alike; the variables do not depend on the layout).
     """
-    if isinstance(model, flags.Options):  # TRANSITION (#41): train.py's Options
-        model, finetune = flags.grouped(model).model, flags.grouped(model).finetune
     saved_models.check_export_dir(export_dir)
     export_dir = os.path.abspath(export_dir)
     thresholds = (calibration.read(calibrated, model.class_num)[0] if calibrated

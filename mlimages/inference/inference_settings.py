@@ -129,19 +129,10 @@ def checkpoint_settings(current, given_names, path, names=SETTINGS):
     return choose(defaults, given, found, source, path)
 
 
-def for_options(opts, given_names, path, names=SETTINGS):
-    """TRANSITION (#41): checkpoint_settings on train.py's Options until it passes values;
-    returns (opts, log lines)."""
-    values, lines = checkpoint_settings(opts._asdict(), given_names, path, names)
-    return opts._replace(**values), lines
-
-
 def export_record(values, checkpoint):
     """The lines a SavedModel keeps as assets.extra/flags.txt: the flags.txt of the run that
     trained checkpoint, else (no such file) the settings of the export (values: {name:
     value} of at least SETTINGS, setting_values)."""
-    if hasattr(values, '_asdict'):  # TRANSITION (#41): train.py's Options
-        values = values._asdict()
     source = flags_file(checkpoint)
     if source:
         return (['# flags.txt of the run that trained %s' % checkpoint]

@@ -11,7 +11,7 @@ tools/extract_features.py, so that their numbers cannot drift apart:
                                    side 256 x S / 224 with OpenCV's bilinear, centre S x S)
                                  eval: decode_image -> eval_network_input
                                    (train.py's evaluation: central 80 %, squashed to S x S)
-                            -> model_fn.make_model_fn(model, Run(data_format))(..., PREDICT)
+                            -> model_fn.make_model_fn(model_parts(...), Derived())(..., PREDICT)
                             -> scores (sigmoid), probabilities (softmax), features, back in
                                the request's N rows (zeros where an image failed), valid
                                [N], top_k_classes / top_k_scores (by sigmoid score; -1 and 0
@@ -122,29 +122,29 @@ def request_outputs(predictions, index, count, top_k, thresholds):
             'valid': valid}
 
 
-def model_options(model, finetune=None):
-    """model_fn's Options of the model group (and the fine-tuning group, whose FixBlock2
-    puts a stop-gradient into the graph; default: the flags' defaults): every other flag
-    at its default, none of which an inference graph reads."""
+def model_parts(model, data_format, finetune=None):
+    """model_fn's Parts for the model group in data_format (and the fine-tuning group,
+    whose FixBlock2 puts a stop-gradient into the graph; default: the flags' defaults):
+    every other group at its defaults, none of which an inference graph reads."""
     defaults = flags.default_settings()
-    # TRANSITION (#41): model_fn takes an Options until it takes the groups.
-    return flags.as_options(defaults._replace(model=model,
-                                              finetune=finetune or defaults.finetune))
+    return model_fn.parts(defaults._replace(model=model,
+                                            finetune=finetune or defaults.finetune),
+                          data_format)
 
 
 def build_inference_graph(model, data_format, top_k=DEFAULT_TOP_K,
                           preprocess=DEFAULT_PREPROCESS, thresholds=None,
                           float_signature=False, finetune=None):
     """In the default graph, the network of the model group (flags.Model: resnet_size,
-    class_num, image_size, the batch-norm settings, dtype; finetune: model_options') in
+    class_num, image_size, the batch-norm settings, dtype; finetune: model_parts') in
     data_format, on resource variables (a TF2 client's tf.saved_model.load exposes them; a
     checkpoint restores them by name as any variable). Returns {signature key: (input
     placeholder, {output: tensor})}: SIGNATURE_KEY, the encoded images [N] ->
     request_outputs (thresholds [C] or one for every class, default DEFAULT_THRESHOLD);
     with float_signature also FLOAT_SIGNATURE_KEY, network inputs [N, S, S, 3] ->
     FLOAT_OUTPUT_KEYS, a second copy of the network on the same variables."""
-    network = model_fn.make_model_fn(model_options(model, finetune),
-                                     model_fn.Run(data_format=data_format))
+    network = model_fn.make_model_fn(model_parts(model, data_format, finetune),
+                                     model_fn.Derived())
     size = model.image_size
     thresholds = np.broadcast_to(
         np.float32(DEFAULT_THRESHOLD if thresholds is None else thresholds), [model.class_num])
@@ -277,19 +277,17 @@ class Predictor(object):
 
 def load_predictor(checkpoint=None, saved_model=None, model=None, resnet_size=None,
                    class_num=None, top_k=DEFAULT_TOP_K, checkpoint_flag='checkpoint',
-                   preprocess=DEFAULT_PREPROCESS, finetune=None, opts=None):
+                   preprocess=DEFAULT_PREPROCESS, finetune=None):
     """A Predictor from a checkpoint (a model directory or a checkpoint path; errors name it
     as --<checkpoint_flag>) or a SavedModel.
 
     With a checkpoint: the network of the model group (flags.Model; its --data_format
-    resolved for the GPUs this process sees; finetune: model_options'), with the
+    resolved for the GPUs this process sees; finetune: model_parts'), with the
     architecture and class count read from the checkpoint's variables (resnet_size /
     class_num, when given, are checked against them). With a SavedModel everything is
     fixed at export (its preprocessing too); class_num is checked. preprocess:
     PREPROCESSING's key for a checkpoint.
     """
-    if opts is not None:  # TRANSITION (#41): train.py's Options, until it passes groups
-        model, finetune = flags.grouped(opts).model, flags.grouped(opts).finetune
     if saved_model:
         predictor = Predictor.from_saved_model(saved_model)
         if class_num and class_num != predictor.class_num:
