@@ -5,8 +5,8 @@
     export.py              a checkpoint as a SavedModel (--mode=export, --export_dir)
     saved_models.py        a SavedModel on disk: versions and the assets.extra/ files
     onnx_export.py         the float signature as an ONNX model, checked against TensorFlow
-    runs.py                what the inference commands run: every image through a
-                           Predictor, the results to files
+    batch_outputs.py       the inference commands' result files: every image through a
+                           Predictor, the results written whole
     inference_io.py        inference inputs (images, lists, the class dictionary) and
                            result files
     inference_settings.py  the trained settings of a checkpoint, from its run's flags.txt
