@@ -108,7 +108,8 @@ def train(settings, flags_txt=None, extra_hooks=()):
                         settings.data.batch_size, settings.output.model_dir)
     # ps tasks and an evaluator share the workers' flags but have no GPU: NHWC for them.
     settings = estimator_lib.for_this_process(settings, cpu_fallback=not plan.trains)
-    files, record_shard, val_files = input_files(settings, plan)
+    files, record_shard, val_files = input_files(settings.data, settings.model.class_num,
+                                                 settings.task.mode, plan)
     warm_start = pretrained_variables(settings.finetune, settings.model)
     memory_lines = (None, None)
     if plan.trains:  # before anything is written: a replica that cannot fit is a usage error
@@ -119,7 +120,8 @@ def train(settings, flags_txt=None, extra_hooks=()):
     chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
     open_directories(settings.output, plan, chief)
     log_plan(settings, plan, chief, flags_txt)
-    log_inputs(settings, plan, files, record_shard, val_files)
+    log_inputs(plan, (files, record_shard, val_files), settings.evaluation,
+               settings.schedule.max_iter, settings.output.model_dir)
     log_model(settings, memory_lines)
     checkpoints.check_checkpoint_head(
         checkpoints.latest_checkpoint(settings.output.model_dir), settings.model.class_num)
@@ -131,15 +133,14 @@ def train(settings, flags_txt=None, extra_hooks=()):
                             (files, record_shard, val_files), extra_hooks)
 
 
-def input_files(settings, plan):
+def input_files(data, class_num, mode, plan):
     """(this worker's training files, the record-level split, the val files) of the
     task: no training files without training or with synthetic data, val files for
-    train_and_eval and an evaluator."""
-    data, class_num = settings.data, settings.model.class_num
+    train_and_eval (mode) and an evaluator."""
     files, record_shard = ([], None) if data.use_synthetic_data or not plan.trains else \
         training_files(data, class_num, plan)
     val_files = (evaluation.evaluation_files(data, class_num)
-                 if settings.task.mode == 'train_and_eval' or plan.evaluates else None)
+                 if mode == 'train_and_eval' or plan.evaluates else None)
     return files, record_shard, val_files
 
 
@@ -174,8 +175,10 @@ def log_plan(settings, plan, chief, flags_txt):
         remember_settings(model_dir, flags_txt)
 
 
-def log_inputs(settings, plan, files, record_shard, val_files):
-    """Which files each worker reads (and how they are split), what an evaluator follows."""
+def log_inputs(plan, inputs, evaluation_group, max_iter, model_dir):
+    """Which files each worker reads (and how they are split), what an evaluator follows.
+    inputs: (training files, record-level split, val files)."""
+    files, record_shard, val_files = inputs
     if plan.trains and record_shard:
         tf.logging.info('fewer shard files (%d) than workers (%d): split by record -- '
                         'worker %d reads every file and takes records %d, %d + %d, ... of '
@@ -187,10 +190,10 @@ def log_inputs(settings, plan, files, record_shard, val_files):
                         plan.worker_num, len(files),
                         ', '.join(os.path.basename(p) for p in files))
     if plan.evaluates:
-        test_iter, max_iter = settings.evaluation.test_iter, settings.schedule.max_iter
+        test_iter = evaluation_group.test_iter
         tf.logging.info('evaluator: every new checkpoint of %s (at most one each %d s) on %s '
                         'of the %d val shard files, until global step %s',
-                        settings.output.model_dir, settings.evaluation.eval_throttle_secs,
+                        model_dir, evaluation_group.eval_throttle_secs,
                         '%d batches' % test_iter if test_iter else 'all', len(val_files),
                         max_iter if max_iter > 0 else 'infinity (never stops)')
 
