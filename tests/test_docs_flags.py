@@ -1,6 +1,7 @@
-"""The flag reference is generated, never written by hand: docs/flags.md from flags.py (every
-flag of train.py, by its --help group) and docs/reference/<tool>.md from each tools/*.py
---help. The tests hold the pages to what the code says now.
+"""The reference pages hold to the code. The flag reference is generated, never written by
+hand: docs/flags.md from flags.py (every flag of train.py, by its --help group) and
+docs/reference/<tool>.md from each tools/*.py --help. docs/troubleshooting.md's table of exit
+statuses has every status of mlimages/errors.py.
 
 After a flag is added or changed, rewrite the pages (from the checkout's root):
 
@@ -98,6 +99,21 @@ def test_each_tool_page_is_its_help():
     assert stale == [], 'stale: %s; run %s' % (', '.join(stale), REGENERATE)
     made = {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, TOOLS_DIR, '*.md'))}
     assert made == set(pages()) - {FLAGS_PAGE}  # no page of a tool that is gone
+
+
+def exit_status_table():
+    """The first column of the table under troubleshooting.md's "## Exit statuses"."""
+    text = read(os.path.join('docs', 'troubleshooting.md'))
+    section = text.split('\n## Exit statuses\n', 1)[1].split('\n## ', 1)[0]
+    return {int(line.split('|')[1]) for line in section.splitlines()
+            if line.startswith('|') and line.split('|')[1].strip().isdigit()}
+
+
+def test_the_exit_status_table_has_every_status_of_the_errors_module():
+    sys.path.insert(0, ROOT)
+    from mlimages import errors
+    statuses = {0, 1, 2, errors.PEER_LOST_STATUS} | {128 + s for s in errors.SIGNALS}
+    assert exit_status_table() == statuses
 
 
 def test_a_help_text_cannot_break_its_table_row():
