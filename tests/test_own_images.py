@@ -261,10 +261,12 @@ SMALL = ['--resnet_size=18', '--image_size=32', '--batch_size=4', '--max_iter=2'
 
 def page_commands():
     """The command lines of the page's code blocks, in order, as tokens after
-    `.venv/bin/python` (test_docs_commands parses each of them, the inline ones too)."""
+    `.venv/bin/python` (test_docs_commands parses each of them, the inline ones too); a
+    command wrapped over several lines is one."""
     with open(PAGE) as f:
-        return [shlex.split(line)[1:] for line in f
-                if line.startswith('    .venv/bin/python ')]
+        text = f.read().replace('\\\n', ' ')  # a command wrapped with a trailing backslash
+    return [shlex.split(line)[1:] for line in text.splitlines()
+            if line.strip().startswith('.venv/bin/python ')]
 
 
 def write_user_tree(root):

@@ -404,7 +404,8 @@ def test_the_container_route_pins_tensorflow_with_cuda_and_the_readme_runs_it():
     with open(os.path.join(ROOT, 'README.md')) as f:
         readme = f.read()
     assert 'docker build -f docs/kubernetes/Dockerfile -t ml-images-trainer .' in readme
-    runs = [line.strip() for line in readme.splitlines()
+    commands = readme.replace('\\\n', ' ')  # a command wrapped with a trailing backslash: one line
+    runs = [' '.join(line.split()) for line in commands.splitlines()
             if line.strip().startswith('docker run --gpus all')]
     assert len(runs) == 2
     assert runs[0].endswith('ml-images-trainer --demo')

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The first check on a new GPU box: about 10 minutes of short train.py runs, and ONE report
-# file to send back (its path is the last line printed). docs/gpu.md, "Smoke test on a GPU
-# box", says what each section means. The report's sections:
+# file (its path is the last line printed). docs/gpu.md, "The smoke test", says what each
+# section means. The report's sections:
 #   Environment  nvidia-smi's GPUs (name, driver, memory, compute capability), TensorFlow's
 #                build (CUDA, cuDNN, the compute capabilities it carries), Python and TF
 #                versions, cores, /dev/shm, the CUDA_* / TF_* / NCCL_* environment
