@@ -164,6 +164,20 @@ def average_precisions(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
     """(AP [C], has_positive [C] as 0/1, update_op) over the split: the histograms and
     values of mean_average_precision, for means over several class masks at the cost of
     one pair of histograms."""
+    pos_counts, neg_counts, update_op = score_histograms(labels, scores, mask_thres, num_bins,
+                                                         name)
+    return (histogram_average_precision(pos_counts, neg_counts), has_positives(pos_counts),
+            update_op)
+
+
+def has_positives(pos_counts):
+    """1.0 for the classes with a positive in the split, else 0.0 ([C, bins] -> [C])."""
+    return tf.cast(tf.reduce_sum(pos_counts, axis=1) > 0, tf.float64)
+
+
+def score_histograms(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS, name=None):
+    """(positives [C, num_bins], valid negatives [C, num_bins], update_op): the streamed
+    per-class score histograms of mean_average_precision (score_bins' bins)."""
     with tf.variable_scope(name, 'mean_average_precision', [labels, scores]):
         labels = tf.cast(labels, tf.float32)
         class_num = class_count(labels)
@@ -181,9 +195,7 @@ def average_precisions(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
             tf.scatter_add(pos_hist, pos_index, tf.ones_like(pos_index, tf.float64)))
         pos_counts = tf.reshape(pos_hist, [class_num, num_bins])
         neg_counts = tf.reshape(valid_hist, [class_num, num_bins]) - pos_counts
-        ap = histogram_average_precision(pos_counts, neg_counts)
-        has_positive = tf.cast(tf.reduce_sum(pos_counts, axis=1) > 0, tf.float64)
-        return ap, has_positive, update_op
+        return pos_counts, neg_counts, update_op
 
 
 def top_k_hits(pos, scores, valid, k):
@@ -254,6 +266,13 @@ def macro_average_f1(tp, fp, fn):
 
 def macro_f1(labels, scores, mask_thres=MASK_THRES, threshold=F1_THRESHOLD, name=None):
     """macro F1 = macro_average_f1 of the per-class TP, FP, FN summed over the split."""
+    value, update, _ = macro_f1_and_counts(labels, scores, mask_thres, threshold, name)
+    return value, update
+
+
+def macro_f1_and_counts(labels, scores, mask_thres=MASK_THRES, threshold=F1_THRESHOLD,
+                        name=None):
+    """(macro F1, its update, the [C] TP, FP, FN variables it is computed from)."""
     with tf.variable_scope(name, 'macro_f1', [labels, scores]):
         labels = tf.cast(labels, tf.float32)
         scores = tf.cast(scores, tf.float32)
@@ -262,7 +281,7 @@ def macro_f1(labels, scores, mask_thres=MASK_THRES, threshold=F1_THRESHOLD, name
                                                              'false_negatives')]
         batch = f1_counts(labels, scores, mask_thres, threshold)
         updates = [tf.assign_add(v, b) for v, b in zip(counts, batch)]
-        return macro_average_f1(*counts), macro_average_f1(*updates)
+        return macro_average_f1(*counts), macro_average_f1(*updates), counts
 
 
 def top1_hits(labels, scores):
@@ -294,16 +313,35 @@ def multilabel_metrics(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
     """All metrics as an eval_metric_ops OrderedDict: mAP, mAP_<name> for each (name, bool
     [C] mask) of class_masks (a dict; they share mAP's histograms and update), precision@1,
     precision@5, micro_f1, macro_f1, accuracy."""
-    ap, has_positive, update_op = average_precisions(labels, scores, mask_thres, num_bins)
-    return collections.OrderedDict([('mAP', (masked_mean(ap, has_positive), update_op))] + [
+    return metrics_and_classes(labels, scores, mask_thres, num_bins, threshold,
+                               class_masks)[0]
+
+
+# The per-class values behind multilabel_metrics' means, [C] each (histograms [C, bins]):
+# what the evaluation's per-class report reads at the end of the split.
+PerClass = collections.namedtuple('PerClass', 'ap has_positive positive_histogram '
+                                  'negative_histogram true_positives false_positives '
+                                  'false_negatives')
+
+
+def metrics_and_classes(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
+                        threshold=F1_THRESHOLD, class_masks=None):
+    """(multilabel_metrics' OrderedDict, the PerClass tensors its values come from): mAP
+    is masked_mean of PerClass.ap, macro_f1 macro_average_f1 of its TP, FP, FN."""
+    pos_counts, neg_counts, update_op = score_histograms(labels, scores, mask_thres, num_bins)
+    ap = histogram_average_precision(pos_counts, neg_counts)
+    has_positive = has_positives(pos_counts)
+    macro, macro_update, counts = macro_f1_and_counts(labels, scores, mask_thres, threshold)
+    ops = collections.OrderedDict([('mAP', (masked_mean(ap, has_positive), update_op))] + [
         ('mAP_' + key, (masked_mean(ap, has_positive, mask), update_op))
         for key, mask in (class_masks or {}).items()] + [
         ('precision@1', precision_at_k(labels, scores, 1, mask_thres)),
         ('precision@5', precision_at_k(labels, scores, 5, mask_thres)),
         ('micro_f1', micro_f1(labels, scores, mask_thres, threshold)),
-        ('macro_f1', macro_f1(labels, scores, mask_thres, threshold)),
+        ('macro_f1', (macro, macro_update)),
         ('accuracy', top1_accuracy(labels, scores)),
     ])
+    return ops, PerClass(ap, has_positive, pos_counts, neg_counts, *counts)
 
 
 def f1_optimal_thresholds(labels, scores, mask_thres=MASK_THRES, default=F1_THRESHOLD,
