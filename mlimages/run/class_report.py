@@ -72,11 +72,18 @@ def class_dictionary(class_dict, hierarchy_path, data_dir, class_num):
             if not os.path.isfile(path):
                 continue
             try:
-                return class_names.load_class_names(path, class_num), path, None
+                names = class_names.load_class_names(path, class_num)
             except (UsageError, DataError) as e:  # a file that merely sits there
                 skipped.append('%s (%s)' % (path, e))
-    return None, None, ('per-class report without class names: passed over %s; give '
-                        '--class_dict' % '; '.join(skipped) if skipped else None)
+                continue
+            return names, path, passed_over(skipped)
+    return None, None, passed_over(skipped)
+
+
+def passed_over(skipped):
+    """The warning of the dictionaries found beside the data but not used, or None."""
+    return ('per-class report: passed over %s (give --class_dict)' % '; '.join(skipped)
+            if skipped else None)
 
 
 def score_bins(scores, num_bins):

@@ -109,8 +109,8 @@ def class_report_of(settings, leaves):
         settings.model.class_num)
     if warning:
         tf.logging.warning('%s', warning)
-    elif source:
-        tf.logging.info('class names of the per-class report: %s', source)
+    tf.logging.info('class names of the per-class report: %s', source or 'none (the name '
+                    'column stays empty; give --class_dict)')
     return class_report.ClassReport(
         os.path.join(settings.output.model_dir, 'eval'), names, leaves,
         calibration.global_threshold(settings.inference.threshold), evaluation.pr_curves,
