@@ -1,15 +1,19 @@
 """The per-class report of an evaluation: the TSV read back with pandas, its AP against the
 reported mAP and independent references, the PR curves and AP histogram read with
 TensorBoard's own reader, where the class names come from."""
+import glob
 import logging
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import tensorflow.compat.v1 as tf
 
-from helpers import NO_POSITIVE, THRES, make_split, write_lines
+from helpers import (CLASSES, NO_POSITIVE, THRES, make_split, tensorboard_server, train_model,
+                     write_dataset, write_lines)
 from mlimages.errors import UsageError
 from mlimages.model import metrics
 from mlimages.run import class_report
@@ -201,3 +205,108 @@ def test_class_names_from_the_flag_the_hierarchy_or_beside_the_data(tmp_path):
         ['red', 'blue'], str(given))
     with pytest.raises(UsageError, match='has 2 classes, the model has 3'):
         class_report.class_dictionary(str(given), '', str(data), 3)
+
+
+# ------------------------------------------------------- a real run, served by TensorBoard
+
+@pytest.fixture(scope='module')
+def run(module_dir):
+    """train_and_eval of ResNet-18 (2 steps, one evaluation of the 6 val images) with
+    make_image_list.py's classes.txt beside the records, 3 PR curves and a profile of
+    step 2."""
+    data = write_dataset(module_dir('ds'))
+    write_lines(Path(data) / 'classes.txt', ['%d\tclass %d' % (c, c) for c in range(CLASSES)])
+    _, model_dir, result = train_model(
+        module_dir('run'), 2, '--mode=train_and_eval', '--test_interval=2',
+        '--batch_norm_decay=0', '--lr=1e-4', '--pr_curves=3', '--profile_steps=2,2',
+        data=data)
+    return data, model_dir, result.stderr
+
+
+def model_scores(data, model_dir):
+    """(labels, sigmoid scores) of the val split by the checkpoint at step 2, through the
+    evaluation's own input_fn."""
+    from helpers import laid_out, settings
+    from mlimages.run import estimator as estimator_lib
+    from mlimages.run import evaluation
+    values = laid_out(settings(resnet_size=18, class_num=CLASSES, image_size=32,
+                               batch_norm_decay=0.0, data_dir=data, model_dir=model_dir,
+                               batch_size=12, data_format='NHWC'))
+    files = evaluation.evaluation_files(values.data, values.model.class_num)
+    estimator = estimator_lib.make_estimator(values, estimator_lib.derived_values(values))
+    scores = np.stack([row['scores'] for row in estimator.predict(
+        estimator_lib.eval_input_fn(values.data, values.model, files),
+        checkpoint_path=os.path.join(model_dir, 'model.ckpt-2'))])
+    with tf.Graph().as_default(), tf.Session() as session:
+        dataset = estimator_lib.eval_input_fn(values.data, values.model, files)()
+        _, labels = tf.data.make_one_shot_iterator(dataset).get_next()
+        return session.run(labels), scores
+
+
+@pytest.mark.slow
+def test_the_report_of_a_run_holds_its_map_and_the_model_scores_ap(run):
+    """The evaluation's table: named from classes.txt, its mean AP the mAP of the log and
+    of the event file, each AP the binned reference of the model's own scores, and the exact
+    AP wherever no bin holds both a positive and a negative of the class."""
+    data, model_dir, log = run
+    path = os.path.join(model_dir, 'eval', 'per_class-2.tsv')
+    table = pd.read_csv(path, sep='\t')
+    assert table['name'].tolist() == ['class %d' % c for c in range(CLASSES)]
+    assert 'class names of the per-class report: %s' % os.path.join(data, 'classes.txt') in log
+    assert 'per-class report of global step 2: %s (5 classes, ' % path in log
+    logged = float(re.search(r'global step 2\) on all val batches: .*mAP = ([0-9.]+)',
+                             log).group(1))
+    assert table['AP'].mean() == pytest.approx(logged, abs=5e-5)  # the log's 4 decimals
+    reader = event_reader(os.path.join(model_dir, 'eval'))
+    from tensorboard.backend.event_processing import event_accumulator
+    scalars = event_accumulator.EventAccumulator(os.path.join(model_dir, 'eval'))
+    scalars.Reload()
+    assert table['AP'].mean() == pytest.approx(scalars.Scalars('mAP')[-1].value, abs=1e-6)
+    assert len([t for t in reader.Tags()['tensors'] if t.startswith('pr_curve/')]) == 3
+
+    labels, scores = model_scores(data, model_dir)
+    for c in range(CLASSES):
+        valid = labels[:, c] != -1
+        positive = labels[valid, c] >= THRES
+        assert table['positives'][c] == positive.sum()
+        if not positive.any():
+            assert np.isnan(table['AP'][c])
+            continue
+        assert table['AP'][c] == pytest.approx(
+            binned_average_precision(positive, scores[valid, c]), abs=1e-6)
+        bins = histogram_bin(scores[valid, c])
+        if not set(bins[positive]) & set(bins[~positive]):
+            assert table['AP'][c] == pytest.approx(
+                average_precision(positive, scores[valid, c].astype(np.float64)), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_the_pr_curves_and_the_profile(run):
+    """A real TensorBoard on 127.0.0.1 over the model directory: the PR Curves tab lists
+    the 3 most frequent classes by name, the Profile tab the trace of step 2, whose trace
+    viewer holds the ResNet's ops."""
+    data, model_dir, log = run
+    traces = glob.glob(os.path.join(model_dir, 'plugins', 'profile', '*', '*.xplane.pb'))
+    assert len(traces) == 1
+    trace_run = os.path.basename(os.path.dirname(traces[0]))
+    assert ('profile of global steps 2-2 in %s: open it with tensorboard --logdir %s, '
+            'Profile tab' % (os.path.dirname(traces[0]), model_dir)) in log
+    with tensorboard_server(model_dir) as get:
+        tags = get('/data/plugin/pr_curves/tags')['eval']
+        # class 0 is positive in all 6 val images, 4 in 4, then 1 before 2 (3 each).
+        assert {tag: value['displayName'] for tag, value in tags.items()} == {
+            'pr_curve/0/pr_curves': '0 class 0', 'pr_curve/4/pr_curves': '4 class 4',
+            'pr_curve/1/pr_curves': '1 class 1'}
+        curve, = get('/data/plugin/pr_curves/pr_curves?run=eval&tag=pr_curve/4/pr_curves')[
+            'eval']
+        # The plugin leaves out the thresholds above the highest score (nothing predicted).
+        assert curve['step'] == 2 and len(curve['precision']) == len(curve['recall'])
+        assert curve['recall'][0] == 1.0 and curve['precision'][0] == pytest.approx(4 / 6)
+        assert trace_run in get('/data/plugin/profile/runs')
+        host = os.path.basename(traces[0])[:-len('.xplane.pb')]
+        assert get('/data/plugin/profile/hosts?run=%s&tag=trace_viewer%%40%%5E' % trace_run) \
+            == [host]
+        trace = get('/data/plugin/profile/data?run=%s&tag=trace_viewer%%40%%5E&host=%s'
+                    % (trace_run, host))
+        names = ' '.join(frame['name'] for frame in trace['stackFrames'].values())
+        assert 'stages_1_block_1' in names and 'logits' in names
