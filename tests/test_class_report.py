@@ -310,3 +310,27 @@ def test_tensorboard_serves_the_pr_curves_and_the_profile(run):
                     % (trace_run, host))
         names = ' '.join(frame['name'] for frame in trace['stackFrames'].values())
         assert 'stages_1_block_1' in names and 'logits' in names
+
+
+@pytest.mark.slow
+def test_eval_with_calibrated_thresholds_reports_at_them(run, tmp_path):
+    """--mode=eval --threshold=calibrated: the table's thresholds are thresholds.txt's,
+    its precision and recall the model's scores at them."""
+    from helpers import settings
+    from mlimages.run import calibration, evaluation
+    data, model_dir, _ = run
+    evaluation.evaluate(settings(
+        resnet_size=18, class_num=CLASSES, image_size=32, batch_norm_decay=0.0, data_dir=data,
+        model_dir=model_dir, batch_size=12, data_format='NHWC', mode='eval',
+        threshold='calibrated', log_dir=str(tmp_path)))
+    table = pd.read_csv(os.path.join(model_dir, 'eval', 'per_class-2.tsv'), sep='\t')
+    thresholds, _ = calibration.read(os.path.join(model_dir, calibration.FILE_NAME), CLASSES)
+    np.testing.assert_allclose(table['threshold'], thresholds, rtol=1e-5)
+    labels, scores = model_scores(data, model_dir)
+    valid = labels != -1
+    positive = valid & (labels >= THRES)
+    predicted = valid & (scores >= thresholds)
+    tp = (positive & predicted).sum(0)
+    with np.errstate(invalid='ignore', divide='ignore'):
+        np.testing.assert_allclose(table['precision'], tp / predicted.sum(0), atol=1e-6)
+        np.testing.assert_allclose(table['recall'], tp / positive.sum(0), atol=1e-6)

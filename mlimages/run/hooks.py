@@ -288,8 +288,8 @@ class ProfileHook(tf.train.SessionRunHook):
         self._step = int(session.run(self._global_step))
         if not self._done and self._step >= self._last:
             self._done = True
-            self._log('--profile_steps=%d,%d: training starts after global step %d, nothing '
-                      'traced' % (self._first, self._last, self._step))
+            self._log('--profile_steps=%d,%d: training resumes at global step %d, past '
+                      'them: nothing traced' % (self._first, self._last, self._step))
 
     def before_run(self, run_context):
         if not (self._done or self._tracing) and self._step + 1 >= self._first:
