@@ -289,8 +289,8 @@ _string(G, 'class_dict', '', '--mode=predict and the per-class report of every e
         'class names, the ML-Images dictionary (a category_index header, then index, '
         'category id, parent index and name per class), tools/make_image_list.py\'s '
         'classes.txt or one name per line. Evaluation without it: the --hierarchy file\'s '
-        'names, else classes.txt or dictionary_and_semantic_hierarchy.txt in --data_dir or '
-        'its parent, else no names.')
+        'names, else classes.txt, dictionary_and_semantic_hierarchy.txt or dictionary.txt '
+        'in --data_dir or its parent, else no names.')
 _string(G, 'hierarchy', '', 'Evaluation (--mode=eval, train_and_eval and the evaluator '
         'task): the semantic hierarchy, dictionary_and_semantic_hierarchy.txt of --class_num '
         'classes; mAP is also reported over its leaf classes (mAP_leaf, what a flat '

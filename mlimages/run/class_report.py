@@ -28,6 +28,12 @@ Estimator's evaluation directory <model_dir>/eval:
 
 and logs where the file is, the classes with and without a positive, and the `listed`
 classes of lowest and of highest AP with their names and positives.
+
+Cost, measured at 11,166 classes with the histograms of a 50,000-image split (2 shared
+cores of an AMD EPYC): the hook's end takes about 10 s, nearly all of it the per-class AP
+computed once more (the mAP value's own read takes 9 s), and no memory beyond that read's
+temporaries (peak 530 MB above the histograms); the table is 0.66 MB, the events 51 KB
+an evaluation with 10 PR curves.
 """
 import csv
 import io
@@ -46,8 +52,9 @@ from mlimages.model import metrics
 PR_THRESHOLDS = 201
 AP_BUCKETS = 50
 # Where a class dictionary is looked for beside the data (--data_dir, then its parent)
-# when --class_dict is not given: make_image_list.py's, then ML-Images' published name.
-DICTIONARY_NAMES = ('classes.txt', 'dictionary_and_semantic_hierarchy.txt')
+# when --class_dict is not given: make_image_list.py's, ML-Images' published name, the
+# demo's.
+DICTIONARY_NAMES = ('classes.txt', 'dictionary_and_semantic_hierarchy.txt', 'dictionary.txt')
 COLUMNS = ('index', 'name', 'positives', 'negatives', 'AP', 'threshold', 'precision',
            'recall', 'F1')
 

@@ -81,7 +81,7 @@ def derived_values(settings, plan=None, warm_start=None):
     process and of the job, the task); warm_start, (checkpoint, names)."""
     model_dir, hierarchy_path = settings.output.model_dir, settings.evaluation.hierarchy
     leaves = leaf_mask(hierarchy_path, settings.model.class_num) if hierarchy_path else None
-    evaluates = settings.task.mode in ('eval', 'train_and_eval') or (
+    evaluates = settings.task.demo or settings.task.mode in ('eval', 'train_and_eval') or (
         plan is not None and plan.evaluates)
     derived = model_fn.Derived(
         cpu_input_grad=devices.gpu_count() == 0,
