@@ -234,10 +234,13 @@ class ClassReport(object):
         order = found[np.lexsort((found, ap[found]))]
         describe = lambda c: ('%d %s' % (c, self.name(c))).strip() + \
             ' (AP %.3f, %d positives)' % (ap[c], positives[c])  # noqa: E731
-        if len(order):
-            lines.append('lowest AP: ' + '; '.join(describe(c) for c in order[:self.listed]))
-            lines.append('highest AP: ' + '; '.join(
-                describe(c) for c in order[::-1][:self.listed]))
+        # With fewer than 2 x listed classes the two lists split them, lowest first.
+        low = min(self.listed, (len(order) + 1) // 2)
+        high = min(self.listed, len(order) - low)
+        if low:
+            lines.append('lowest AP: ' + '; '.join(describe(c) for c in order[:low]))
+        if high:
+            lines.append('highest AP: ' + '; '.join(describe(c) for c in order[::-1][:high]))
         return lines
 
 
