@@ -21,9 +21,9 @@ Estimator's evaluation directory <model_dir>/eval:
                   (the most frequent) or those of --pr_curve_classes, at PR_THRESHOLDS
                   thresholds i / (PR_THRESHOLDS - 1) of the score, counted from the
                   histograms: a threshold inside a bin counts the whole bin (bins of
-                  metrics.score_bins, at most ~3 % of the score wide); and per_class_AP, the
-                  AP of the classes with a positive as a histogram (Histograms and
-                  Distributions tabs). Their size does not grow with the classes: about
+                  metrics.score_bins, at most 2 / 2048 of the score wide); and
+                  per_class_AP, the AP of the classes with a positive as a histogram
+                  (Histograms and Distributions tabs). Their size does not grow with the classes: about
                   5 KB a curve and 1 KB for the histogram, per evaluation.
 
 and logs where the file is, the classes with and without a positive, and the `listed`
