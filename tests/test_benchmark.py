@@ -40,3 +40,18 @@ def test_bookkeeping_mode_measures_every_cost_before_and_after(tmp_path):
                  'counting: before', 'check_tfrecords parent over K = 40 files',
                  'short side 320, sparse labels'):
         assert text in result.stdout, (text, result.stdout)
+
+
+def test_report_cost_mode_measures_the_report_of_many_classes(tmp_path):
+    import pandas as pd
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='')
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'tools', 'benchmark.py'), '--report_cost',
+         '--rc_classes', '60', '--rc_images', '400', '--rc_repeats', '1', '--rc_dir',
+         str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'the per-class report at 60 classes, histograms of 400 images' in result.stdout
+    for text in ('the mAP value ', 'the report ', 'bytes an evaluation'):
+        assert text in result.stdout, (text, result.stdout)
+    table = pd.read_csv(tmp_path / 'per_class-1.tsv', sep='\t')
+    assert len(table) == 60 and (table['positives'] + table['negatives'] == 400).all()
