@@ -298,7 +298,7 @@ _string(G, 'hierarchy', '', 'Evaluation (--mode=eval, train_and_eval and the eva
         'TensorBoard.')
 _int(G, 'report_classes', 10, 'Evaluation: every evaluation writes a per-class report, '
      '<model_dir>/eval/per_class-<step>.tsv (index, name, positives, negatives, AP, '
-     'threshold, precision, recall, F1; kind leaf/inner with --hierarchy), and logs the '
+     'threshold, precision, recall, F1; kind leaf/inner with --hierarchy), and logs '
      'this many classes of lowest and of highest AP.')
 _int(G, 'pr_curves', 10, 'Evaluation: TensorBoard PR curves (PR Curves tab, in '
      '<model_dir>/eval) for this many classes, those with the most positives in val; '
