@@ -20,6 +20,9 @@ reads value at the end. Per batch, with labels y [B, C] and sigmoid scores s [B,
   macro_f1     mean over classes with a positive or a prediction of 2 TP_c / (2 TP_c + FP_c + FN_c)
   accuracy     share of images with argmax(y) == argmax over valid classes of s
 
+metrics_and_classes also gives the per-class values behind these means (PerClass: AP_c,
+the histograms, TP_c, FP_c, FN_c), which the evaluation's per-class report reads.
+
 threshold may also be per class, t [C] (pred[b, c] = valid and s[b, c] >= t_c), e.g. the
 calibrated thresholds of f1_optimal_thresholds, which work on the whole split at once (numpy):
   t_c          the t among the valid scores of class c that maximizes
