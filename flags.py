@@ -240,6 +240,11 @@ _bool(G, 'xla', False,
       'XLA global JIT compilation of the training graph. On a GPU it just works; on a CPU '
       'TensorFlow also needs the environment variable TF_XLA_FLAGS=--tf_xla_cpu_global_jit, '
       'or the flag does nothing.')
+_string(G, 'profile_steps', '', 'A,B: trace global steps A to B (at most 20 steps) with '
+        'TensorFlow\'s profiler while training (--mode=train, train_and_eval, --demo; the '
+        'chief\'s steps in a cluster job), into '
+        '<model_dir>/plugins/profile/; open it with tensorboard --logdir <model_dir>, '
+        'Profile tab (pip install -r requirements-profile.txt). Empty = no trace.')
 _bool(G, 'use_synthetic_data', False,
       'Train on random images and labels drawn on the training device, a new batch every '
       'step, reading no file: the speed of the model alone (tools/benchmark.py compares it '
@@ -280,14 +285,26 @@ _int(G, 'top_k', 5, '--mode=predict: classes listed per image; the SavedModel of
 _string(G, 'threshold', '0.5', 'A number in [0, 1] (predict: list classes scoring >= it; '
         'export: the positives output; eval: F1\'s), or calibrated: the thresholds.txt beside '
         'the checkpoint, per class, which --mode=eval chooses (each class\'s best F1 on val).')
-_string(G, 'class_dict', '', '--mode=predict: class names, the ML-Images dictionary (a '
-        'category_index header, then index, category id, parent index and name per class) '
-        'or one name per line.')
+_string(G, 'class_dict', '', '--mode=predict and the per-class report of every evaluation: '
+        'class names, the ML-Images dictionary (a category_index header, then index, '
+        'category id, parent index and name per class), tools/make_image_list.py\'s '
+        'classes.txt or one name per line. Evaluation without it: the --hierarchy file\'s '
+        'names, else classes.txt, dictionary_and_semantic_hierarchy.txt or dictionary.txt '
+        'in --data_dir or its parent, else no names.')
 _string(G, 'hierarchy', '', 'Evaluation (--mode=eval, train_and_eval and the evaluator '
         'task): the semantic hierarchy, dictionary_and_semantic_hierarchy.txt of --class_num '
         'classes; mAP is also reported over its leaf classes (mAP_leaf, what a flat '
         'classifier is judged on) and its inner classes (mAP_inner), in the log line and '
         'TensorBoard.')
+_int(G, 'report_classes', 10, 'Evaluation: every evaluation writes a per-class report, '
+     '<model_dir>/eval/per_class-<step>.tsv (index, name, positives, negatives, AP, '
+     'threshold, precision, recall, F1; kind leaf/inner with --hierarchy), and logs '
+     'this many classes of lowest and of highest AP.')
+_int(G, 'pr_curves', 10, 'Evaluation: TensorBoard PR curves (PR Curves tab, in '
+     '<model_dir>/eval) for this many classes, those with the most positives in val; '
+     '0 = none. At most 100: about 5 KB of events a curve per evaluation.')
+_string(G, 'pr_curve_classes', '', 'Evaluation: PR curves for these class indices '
+        '(comma-separated, at most 100) instead of the --pr_curves most frequent.')
 _int(G, 'interval', 32, 'Checkpoint interval of the eval script.' + IGNORED)
 _int(G, 'start', 0, 'First checkpoint index of the eval script.' + IGNORED)
 _string(G, 'preprocess', 'original',
@@ -324,10 +341,12 @@ CONCERNS = collections.OrderedDict((concern, names.split()) for concern, names i
     ('schedule', 'lr lr_schedule lr_decay_step lr_decay_factor warmup lr_warmup '
                  'lr_warmup_decay_step lr_warmup_decay_factor max_iter'),
     ('finetune', 'restore pretrain_ckpt FixBlock2 frozen_bn'),
-    ('output', 'model_dir max_to_keep snapshot log_dir log_interval summary_interval verbose'),
+    ('output', 'model_dir max_to_keep snapshot log_dir log_interval summary_interval verbose '
+               'profile_steps'),
     ('devices', 'num_gpus visiable_gpu tf_gpu_thread_mode inter_op_threads intra_op_threads '
                 'memory_check xla'),
-    ('evaluation', 'test_interval test_iter eval_throttle_secs hierarchy'),
+    ('evaluation', 'test_interval test_iter eval_throttle_secs hierarchy report_classes '
+                   'pr_curves pr_curve_classes'),
     ('inference', 'piclist top_k threshold class_dict preprocess'),
     ('ignored', 'with_bbox drop_rate epoch_iter tmp_model_dir prof_interval interval start'),
 ])

@@ -1,6 +1,7 @@
 """What several test files share: the repository's paths, a small real dataset made with
 make_tfrecords, train.py run as a user runs it, TensorBoard scalars, and image files of
 every kind the record tools meet. Plain functions; conftest.py makes fixtures of them."""
+import contextlib
 import io
 import os
 import re
@@ -110,6 +111,44 @@ def small_run_flags(data, model_dir, max_iter):
             '--resnet_size=18', '--image_size=32', '--batch_size=4',
             '--max_iter=%d' % max_iter, '--log_interval=1', '--snapshot=100',
             '--shuffle_buffer=16', '--data_format=NHWC']
+
+
+@contextlib.contextmanager
+def tensorboard_server(logdir, timeout=120):
+    """A real TensorBoard on 127.0.0.1 (a free port) serving logdir: yields
+    get(route) -> the JSON of an HTTP GET of that route; stopped at the end."""
+    import gzip
+    import json
+    import threading
+    import urllib.request
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'tensorboard.main', '--logdir', str(logdir), '--host',
+         '127.0.0.1', '--port', '0', '--load_fast=false'],
+        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    address, ready = [], threading.Event()
+
+    def read():  # its "TensorBoard x at http://127.0.0.1:PORT/" line, then drain
+        for line in process.stderr:
+            found = re.search(r'at (http://127\.0\.0\.1:\d+)/', line)
+            if found and not address:
+                address.append(found.group(1))
+                ready.set()
+        ready.set()
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        ready.wait(timeout)
+        assert address, 'TensorBoard did not start (exit status %s)' % process.poll()
+
+        def get(route):
+            with urllib.request.urlopen(address[0] + route, timeout=timeout) as response:
+                body = response.read()  # the profile plugin gzips whatever is asked
+                if response.headers.get('Content-Encoding') == 'gzip':
+                    body = gzip.decompress(body)
+                return json.loads(body)
+        yield get
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def scalar_tags(model_dir):

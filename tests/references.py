@@ -10,6 +10,8 @@ straight from the original's definition (docs/original.md), none calling product
                          + bn_fraction x weight_decay x sum(v^2)/2 over names with 'bn'
     original_l2          the original pre-training L2 line, in TensorFlow
     average_precision    scikit-learn's average_precision_score
+    binned_average_precision  the AP of scores put in the metric's histogram bins, the
+                         order inside a bin averaged over (a sum over its positions)
     multilabel_metrics   mAP, precision@1/@5, micro/macro F1 (at one threshold or one per
                          class) and top-1 accuracy
     f1_optimal_thresholds  each class's threshold of the highest F1, by trying every score
@@ -118,6 +120,34 @@ def average_precision(positive, score):
     last_of_tie = np.r_[score[1:] != score[:-1], True]
     tp, seen = tp[last_of_tie], seen[last_of_tie]
     return np.sum(np.diff(np.r_[0, tp]) * tp / seen) / tp[-1]
+
+
+def histogram_bin(score, num_bins=2048):
+    """The bin of a score: u(s) = (s + (clip(logit s, -16, 16) + 16) / 32) / 2 cut into
+    num_bins equal parts (the top one closed)."""
+    s = np.clip(np.asarray(score, np.float64), 0.0, 1.0)
+    with np.errstate(divide='ignore'):
+        logit = np.clip(np.log(s / (1.0 - s)), -16.0, 16.0)
+    u = (s + (logit + 16.0) / 32.0) / 2.0
+    return np.minimum((u * num_bins).astype(np.int64), num_bins - 1)
+
+
+def binned_average_precision(positive, score, num_bins=2048):
+    """AP with the images ranked by bin, highest first, and each bin's images in uniformly
+    random order: the mean over positives of E[precision at their rank]. Position j of a
+    bin of m images (p positives) under `above` images (`above_pos` positives) is a
+    positive with probability p / m, and then holds 1 + (j - 1)(p - 1)/(m - 1) of the
+    bin's positives on average up to it."""
+    bins = histogram_bin(score, num_bins)
+    total, above, above_pos = 0.0, 0, 0
+    for b in sorted(set(bins.tolist()), reverse=True):
+        inside = bins == b
+        m, p = int(inside.sum()), int(positive[inside].sum())
+        for j in range(1, m + 1):
+            mean_pos = 1.0 + (j - 1) * ((p - 1) / (m - 1) if m > 1 else 0.0)
+            total += p / m * (above_pos + mean_pos) / (above + j)
+        above, above_pos = above + m, above_pos + p
+    return total / positive.sum()
 
 
 def multilabel_metrics(y, s, mask_thres=0.7, threshold=0.5):

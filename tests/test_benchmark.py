@@ -40,3 +40,19 @@ def test_bookkeeping_mode_measures_every_cost_before_and_after(tmp_path):
                  'counting: before', 'check_tfrecords parent over K = 40 files',
                  'short side 320, sparse labels'):
         assert text in result.stdout, (text, result.stdout)
+
+
+def test_report_cost_mode_measures_the_report_of_many_classes(tmp_path, capsys):
+    """--report_cost's measurement, in this process (its TensorFlow already started)."""
+    import pandas as pd
+    from mlimages.bench import benchmark, report_cost
+    args = benchmark.build_parser().parse_args([
+        '--report_cost', '--rc_classes', '60', '--rc_images', '400', '--rc_repeats', '1',
+        '--rc_dir', str(tmp_path)])
+    assert report_cost.main(args) == 0
+    out = capsys.readouterr().out
+    assert 'the per-class report at 60 classes, histograms of 400 images' in out
+    for text in ('the report ', 'then the mAPs ', 'bytes an evaluation'):
+        assert text in out, (text, out)
+    table = pd.read_csv(tmp_path / 'per_class-1.tsv', sep='\t')
+    assert len(table) == 60 and (table['positives'] + table['negatives'] == 400).all()

@@ -38,7 +38,7 @@ def test_label_codes_keep_what_f1_needs():
 def test_calibrate_writes_the_reference_thresholds_and_reports_f1(tmp_path):
     y, s = make_split(4, 'sigmoid', images=200)
     checkpoint = str(tmp_path / 'model.ckpt-9')
-    results, path, lines = calibration.calibrate(collected(y, s), checkpoint, '0.4', 'a split')
+    results, path, lines, _ = calibration.calibrate(collected(y, s), checkpoint, '0.4', 'a split')
     assert path == str(tmp_path / calibration.FILE_NAME)
     thresholds, best, positives = f1_optimal_thresholds(y, s, THRES, default=0.4)
     values, chosen_for = calibration.read(path, y.shape[1])

@@ -76,6 +76,16 @@ def test_every_check_names_a_flag_and_rejects_a_bad_value():
     ({'threshold': 'best'}, "--threshold must be a number in [0, 1] or calibrated, got 'best'"),
     ({'threshold': 'calibrated'}, '--threshold=calibrated goes with --mode=eval (which '
                                   'chooses the thresholds), predict or export, not --mode=train'),
+    ({'profile_steps': '5'}, '--profile_steps must be A,B (the first and last global step'),
+    ({'profile_steps': '10,40'}, '--profile_steps=10,40 must be A,B with 1 <= A <= B and at '
+                                 'most 20 steps'),
+    ({'profile_steps': '3,2'}, '--profile_steps=3,2 must be A,B with 1 <= A <= B'),
+    ({'profile_steps': '2,3', 'mode': 'eval'}, '--profile_steps traces training: it goes with '
+                                               '--mode=train or train_and_eval, not --mode=eval'),
+    ({'pr_curves': 101}, '--pr_curves must be in [0, 100]'),
+    ({'pr_curve_classes': '1,x'}, "--pr_curve_classes must be class indices separated by "
+                                  "commas (e.g. 0,17,230), got '1,x'"),
+    ({'pr_curve_classes': '3,1000'}, '--pr_curve_classes: class 1000 is not in [0, 1000)'),
 ])
 def test_the_first_problem_is_one_usage_error_line(changes, words):
     from mlimages.errors import UsageError

@@ -158,3 +158,72 @@ def test_hooks_need_the_published_step():
         tf.train.get_or_create_global_step()
         with pytest.raises(ValueError, match='publish_step_after'):
             hooks.StepTracker().begin()
+
+
+class FakeProfiler(object):
+    """profiler_v2's start / stop, noting how many global steps were done at each call."""
+
+    def __init__(self):
+        self.done, self.calls = 0, []
+
+    def start(self, logdir):
+        self.calls.append(('start', self.done))
+
+    def stop(self):
+        self.calls.append(('stop', self.done))
+
+
+class Counted(hooks.StepTracker):
+    def __init__(self, fake):
+        super().__init__()
+        self.fake = fake
+
+    def after_run(self, run_context, run_values):
+        super().after_run(run_context, run_values)
+        self.fake.done = self.last_step
+
+
+def profiled_sessions(monkeypatch, pieces, first, last, start_at=0):
+    """Sessions of `pieces` steps each (train_and_eval's pieces) under one ProfileHook;
+    (the fake profiler's calls as (what, global steps done when called), log lines)."""
+    lines, fake = [], FakeProfiler()
+    monkeypatch.setattr(hooks, 'profiler', fake)
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        advance = tf.assign_add(step, 1)
+        hooks.publish_step_after(advance)
+        hook = hooks.ProfileHook('/no/such/dir', first, last, lines.append)
+        fake.done = start_at
+        for count in pieces:
+            # Each session resumes at the steps done (as from a checkpoint); the tracker's
+            # after_run, before the profile hook's, notes each step done.
+            scaffold = tf.train.Scaffold(init_fn=lambda _, session: step.load(fake.done,
+                                                                               session))
+            with tf.train.MonitoredSession(
+                    tf.train.ChiefSessionCreator(scaffold), [Counted(fake), hook]) as session:
+                for _ in range(count):
+                    session.run(advance)
+    return fake.calls, lines
+
+
+def test_the_profile_covers_global_steps_first_to_last(monkeypatch):
+    # Started with 1 step done (before the run of step 2), stopped once step 4 is done.
+    calls, lines = profiled_sessions(monkeypatch, [6], 2, 4)
+    assert calls == [('start', 1), ('stop', 4)]
+    assert lines == ['profile of global steps 2-4 in /no/such/dir: open it with tensorboard '
+                     '--logdir /no/such/dir, Profile tab (its plugin: pip install -r '
+                     'requirements-profile.txt)']
+
+
+def test_a_profile_across_sessions_is_traced_in_parts(monkeypatch):
+    calls, lines = profiled_sessions(monkeypatch, [3, 3], 2, 5)
+    assert calls == [('start', 1), ('stop', 3), ('start', 3), ('stop', 5)]
+    assert [l.split(' in ')[0] for l in lines] == ['profile of global steps 2-3',
+                                                   'profile of global steps 4-5']
+
+
+def test_a_run_resumed_after_the_span_traces_nothing(monkeypatch):
+    calls, lines = profiled_sessions(monkeypatch, [2], 2, 4, start_at=9)
+    assert calls == []
+    assert lines == ['--profile_steps=2,4: training resumes at global step 9, past them: '
+                     'nothing traced']

@@ -327,3 +327,24 @@ def test_f1_at_per_class_thresholds_matches_numpy():
     for key in ('micro_f1', 'macro_f1'):
         assert abs(got[key] - expected[key]) <= 1e-9, key
     assert got['macro_f1'] >= multilabel_metrics(y, s, THRES)['macro_f1']
+
+
+def test_the_ap_is_computed_once_after_the_last_update_and_again_after_a_new_one():
+    """metrics_and_classes' AP is kept from its first read after an update (the per-class
+    report's, then the Estimator's) and forgotten by the next update."""
+    y, s = make_split(4, 'correlated')
+    with tf.Graph().as_default():
+        labels = tf.placeholder(tf.float32, [None, y.shape[1]])
+        scores = tf.placeholder(tf.float32, [None, y.shape[1]])
+        ops, per_class = metrics.metrics_and_classes(labels, scores)
+        value, update = ops['mAP']
+        with tf.Session() as session:
+            session.run(tf.local_variables_initializer())
+            session.run(update, {labels: y[:150], scores: s[:150]})
+            first = session.run([per_class.ap, value])
+            assert session.run(value) == first[1]
+            session.run(update, {labels: y[150:], scores: s[150:]})
+            ap, has, whole = session.run([per_class.ap, per_class.has_positive, value])
+    assert whole != first[1]
+    np.testing.assert_allclose(whole, multilabel_metrics(y, s)['mAP'], atol=5.4e-4)
+    assert np.mean(ap[has > 0]) == pytest.approx(whole, abs=1e-12)

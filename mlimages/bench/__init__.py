@@ -11,4 +11,6 @@ memory_peak.py), one measurement a module.
     graph_size.py   the training graph's size against the replicas (tools/graph_size.py)
     ps_placement.py the bytes of variables each ps task holds (tools/ps_placement.py)
     memory_peak.py  model/memory.py's constants fitted to the peak of a training step
-                    (tools/memory_peak.py)"""
+                    (tools/memory_peak.py)
+    report_cost.py  the per-class report's time, memory and bytes at many classes
+                    (--report_cost)"""

@@ -48,6 +48,7 @@ from mlimages.bench import bookkeeping
 from mlimages.cli import lazy_tensorflow
 from mlimages.bench import photos
 from mlimages.bench import first_step
+from mlimages.bench import report_cost
 
 from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,
                                       build_pipeline, cpu_description, make_shards,
@@ -166,6 +167,7 @@ def build_parser():
     photos.add_arguments(parser)
     bookkeeping.add_arguments(parser)
     first_step.add_arguments(parser)
+    report_cost.add_arguments(parser)
     return parser
 
 
@@ -182,6 +184,8 @@ def main(argv=None):
         return bookkeeping.main(args)
     if args.startup:
         return first_step.main(args)
+    if args.report_cost:
+        return report_cost.main(args)
     files = shard_files(args)
     if files is None:
         return 2

@@ -36,3 +36,11 @@ MODES = ('train', 'eval', 'train_and_eval', 'predict', 'export')
 
 # --optimizer: the optimizers of run/model_fn.py.
 OPTIMIZERS = ('mom', 'sgd')
+
+# --profile_steps: the most steps run/hooks.py's ProfileHook traces (a trace of a step of
+# ResNet-101 holds every op's events: tens of MB each).
+MAX_PROFILE_STEPS = 20
+
+# --pr_curves and --pr_curve_classes: the most PR curves run/class_report.py writes an
+# evaluation (about 5 KB of events each).
+MAX_PR_CURVES = 100

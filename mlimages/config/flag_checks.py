@@ -59,6 +59,64 @@ def _preprocess(name, value):
         'crop), got %r' % value)
 
 
+def profile_span(text):
+    """(A, B) of --profile_steps=A,B, or None for ''; raises ValueError with the one line
+    of what is wrong."""
+    if not text:
+        return None
+    parts = text.split(',')
+    try:
+        first, last = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError('--profile_steps must be A,B (the first and last global step to '
+                         'trace, e.g. 10,12), got %r' % text)
+    if not 1 <= first <= last or last - first + 1 > choices.MAX_PROFILE_STEPS:
+        raise ValueError('--profile_steps=%s must be A,B with 1 <= A <= B and at most %d '
+                         'steps (B - A + 1), e.g. 10,12' % (text, choices.MAX_PROFILE_STEPS))
+    return first, last
+
+
+def class_list(text):
+    """The class indices of --pr_curve_classes ('' = none); raises ValueError."""
+    try:
+        return tuple(int(part) for part in text.split(',') if part.strip())
+    except ValueError:
+        raise ValueError('--pr_curve_classes must be class indices separated by commas '
+                         '(e.g. 0,17,230), got %r' % text)
+
+
+def _parsed(parse):
+    """A check of a string flag: what parse(value) raises, as the one line."""
+    def check(name, value):
+        try:
+            parse(value)
+        except ValueError as e:
+            return str(e)
+        return None
+    return check
+
+
+def _pr_curves(name, value):
+    return None if 0 <= value <= choices.MAX_PR_CURVES else (
+        '--pr_curves must be in [0, %d] (0 = none), got %d' % (choices.MAX_PR_CURVES, value))
+
+
+def pr_class_problems(text, class_num):
+    """What is wrong with --pr_curve_classes for --class_num classes."""
+    try:
+        classes = class_list(text)
+    except ValueError:
+        return []  # said by its own check
+    bad = [c for c in classes if not 0 <= c < class_num]
+    if bad:
+        return ['--pr_curve_classes: class %d is not in [0, %d) (--class_num)' % (bad[0],
+                                                                                  class_num)]
+    if len(classes) > choices.MAX_PR_CURVES:
+        return ['--pr_curve_classes lists %d classes; at most %d'
+                % (len(classes), choices.MAX_PR_CURVES)]
+    return []
+
+
 CHECKS = {
     'mode': _mode,
     'max_to_keep': checks.positive,
@@ -112,6 +170,10 @@ CHECKS = {
     'top_k': checks.positive,
     'threshold': checks.fraction_or(choices.CALIBRATED),
     'preprocess': _preprocess,
+    'report_classes': checks.at_least(0),
+    'pr_curves': _pr_curves,
+    'pr_curve_classes': _parsed(class_list),
+    'profile_steps': _parsed(profile_span),
 }
 
 
@@ -135,6 +197,10 @@ def _rules(s):
                                                              cluster.worker_num)),
         (s.finetune.restore and not s.finetune.pretrain_ckpt,
          '--restore needs --pretrain_ckpt (the checkpoint to restore)'),
+        (bool(s.output.profile_steps) and not task.demo
+         and task.mode not in ('train', 'train_and_eval'),
+         '--profile_steps traces training: it goes with --mode=train or train_and_eval, not '
+         '--mode=%s' % task.mode),
     ]
 
 
@@ -179,6 +245,7 @@ def problems(settings):
              if name in CHECKS]
     return [p for p in found if p] + [message for bad, message in _rules(settings) if bad] + \
         cluster_problems(settings.cluster) + \
+        pr_class_problems(settings.evaluation.pr_curve_classes, settings.model.class_num) + \
         threshold_problems(settings.inference.threshold, settings.task.mode)
 
 

@@ -20,6 +20,9 @@ reads value at the end. Per batch, with labels y [B, C] and sigmoid scores s [B,
   macro_f1     mean over classes with a positive or a prediction of 2 TP_c / (2 TP_c + FP_c + FN_c)
   accuracy     share of images with argmax(y) == argmax over valid classes of s
 
+metrics_and_classes also gives the per-class values behind these means (PerClass: AP_c,
+the histograms, TP_c, FP_c, FN_c), which the evaluation's per-class report reads.
+
 threshold may also be per class, t [C] (pred[b, c] = valid and s[b, c] >= t_c), e.g. the
 calibrated thresholds of f1_optimal_thresholds, which work on the whole split at once (numpy):
   t_c          the t among the valid scores of class c that maximizes
@@ -164,6 +167,20 @@ def average_precisions(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
     """(AP [C], has_positive [C] as 0/1, update_op) over the split: the histograms and
     values of mean_average_precision, for means over several class masks at the cost of
     one pair of histograms."""
+    pos_counts, neg_counts, update_op = score_histograms(labels, scores, mask_thres, num_bins,
+                                                         name)
+    return (histogram_average_precision(pos_counts, neg_counts), has_positives(pos_counts),
+            update_op)
+
+
+def has_positives(pos_counts):
+    """1.0 for the classes with a positive in the split, else 0.0 ([C, bins] -> [C])."""
+    return tf.cast(tf.reduce_sum(pos_counts, axis=1) > 0, tf.float64)
+
+
+def score_histograms(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS, name=None):
+    """(positives [C, num_bins], valid negatives [C, num_bins], update_op): the streamed
+    per-class score histograms of mean_average_precision (score_bins' bins)."""
     with tf.variable_scope(name, 'mean_average_precision', [labels, scores]):
         labels = tf.cast(labels, tf.float32)
         class_num = class_count(labels)
@@ -181,9 +198,7 @@ def average_precisions(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
             tf.scatter_add(pos_hist, pos_index, tf.ones_like(pos_index, tf.float64)))
         pos_counts = tf.reshape(pos_hist, [class_num, num_bins])
         neg_counts = tf.reshape(valid_hist, [class_num, num_bins]) - pos_counts
-        ap = histogram_average_precision(pos_counts, neg_counts)
-        has_positive = tf.cast(tf.reduce_sum(pos_counts, axis=1) > 0, tf.float64)
-        return ap, has_positive, update_op
+        return pos_counts, neg_counts, update_op
 
 
 def top_k_hits(pos, scores, valid, k):
@@ -254,6 +269,13 @@ def macro_average_f1(tp, fp, fn):
 
 def macro_f1(labels, scores, mask_thres=MASK_THRES, threshold=F1_THRESHOLD, name=None):
     """macro F1 = macro_average_f1 of the per-class TP, FP, FN summed over the split."""
+    value, update, _ = macro_f1_and_counts(labels, scores, mask_thres, threshold, name)
+    return value, update
+
+
+def macro_f1_and_counts(labels, scores, mask_thres=MASK_THRES, threshold=F1_THRESHOLD,
+                        name=None):
+    """(macro F1, its update, the [C] TP, FP, FN variables it is computed from)."""
     with tf.variable_scope(name, 'macro_f1', [labels, scores]):
         labels = tf.cast(labels, tf.float32)
         scores = tf.cast(scores, tf.float32)
@@ -262,7 +284,7 @@ def macro_f1(labels, scores, mask_thres=MASK_THRES, threshold=F1_THRESHOLD, name
                                                              'false_negatives')]
         batch = f1_counts(labels, scores, mask_thres, threshold)
         updates = [tf.assign_add(v, b) for v, b in zip(counts, batch)]
-        return macro_average_f1(*counts), macro_average_f1(*updates)
+        return macro_average_f1(*counts), macro_average_f1(*updates), counts
 
 
 def top1_hits(labels, scores):
@@ -294,16 +316,58 @@ def multilabel_metrics(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
     """All metrics as an eval_metric_ops OrderedDict: mAP, mAP_<name> for each (name, bool
     [C] mask) of class_masks (a dict; they share mAP's histograms and update), precision@1,
     precision@5, micro_f1, macro_f1, accuracy."""
-    ap, has_positive, update_op = average_precisions(labels, scores, mask_thres, num_bins)
-    return collections.OrderedDict([('mAP', (masked_mean(ap, has_positive), update_op))] + [
+    return metrics_and_classes(labels, scores, mask_thres, num_bins, threshold,
+                               class_masks)[0]
+
+
+# The per-class values behind multilabel_metrics' means, [C] each (histograms [C, bins]):
+# what the evaluation's per-class report reads at the end of the split.
+PerClass = collections.namedtuple('PerClass', 'ap has_positive positive_histogram '
+                                  'negative_histogram true_positives false_positives '
+                                  'false_negatives')
+
+
+def metrics_and_classes(labels, scores, mask_thres=MASK_THRES, num_bins=NUM_BINS,
+                        threshold=F1_THRESHOLD, class_masks=None):
+    """(multilabel_metrics' OrderedDict, the PerClass tensors its values come from): mAP
+    is masked_mean of PerClass.ap, macro_f1 macro_average_f1 of its TP, FP, FN."""
+    pos_counts, neg_counts, update_op = score_histograms(labels, scores, mask_thres, num_bins)
+    ap, update_op = read_once(lambda: histogram_average_precision(pos_counts, neg_counts),
+                              [class_count(labels)], update_op, 'average_precision')
+    has_positive = has_positives(pos_counts)
+    macro, macro_update, counts = macro_f1_and_counts(labels, scores, mask_thres, threshold)
+    ops = collections.OrderedDict([('mAP', (masked_mean(ap, has_positive), update_op))] + [
         ('mAP_' + key, (masked_mean(ap, has_positive, mask), update_op))
         for key, mask in (class_masks or {}).items()] + [
         ('precision@1', precision_at_k(labels, scores, 1, mask_thres)),
         ('precision@5', precision_at_k(labels, scores, 5, mask_thres)),
         ('micro_f1', micro_f1(labels, scores, mask_thres, threshold)),
-        ('macro_f1', macro_f1(labels, scores, mask_thres, threshold)),
+        ('macro_f1', (macro, macro_update)),
         ('accuracy', top1_accuracy(labels, scores)),
     ])
+    return ops, PerClass(ap, has_positive, pos_counts, neg_counts, *counts)
+
+
+def read_once(compute, shape, update_op, name):
+    """(compute()'s float64 value of `shape` as at its first read after the last update,
+    update_op that also forgets it): the per-class report's read of the AP and the
+    Estimator's final read of the mAPs then share one computation (5-15 s and ~1 GB of
+    temporaries at 11,166 classes). compute builds its ops inside the cond's branch, so a
+    kept value costs none of them. The kept copy is a plain local variable: never summed
+    over replicas."""
+    def local(shape, suffix):
+        return tf.Variable(lambda: tf.zeros(shape, tf.float64), name=name + suffix,
+                           trainable=False, collections=[tf.GraphKeys.LOCAL_VARIABLES,
+                                                         tf.GraphKeys.METRIC_VARIABLES])
+    kept, fresh = local(shape, '_kept'), local([], '_fresh')
+
+    def first_read():
+        value = compute()
+        with tf.control_dependencies([tf.assign(kept, value), tf.assign(fresh, 1.0)]):
+            return tf.identity(value)
+    with tf.control_dependencies([update_op]):
+        forget = tf.assign(fresh, 0.0)
+    return tf.cond(fresh > 0, lambda: tf.identity(kept), first_read), tf.group(update_op, forget)
 
 
 def f1_optimal_thresholds(labels, scores, mask_thres=MASK_THRES, default=F1_THRESHOLD,

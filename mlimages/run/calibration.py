@@ -97,14 +97,27 @@ def f1_scores(labels, scores, thresholds, mask_thres, batch=4096):
             return session.run({key: value for key, (value, _) in found.items()})
 
 
+def class_counts(codes, scores, thresholds, batch=4096):
+    """(TP, FP, FN) [C] float64 of label codes and scores [N, C] at per-class thresholds
+    (metrics.f1_counts' definitions), in batches of rows."""
+    counts = np.zeros((3, codes.shape[1]))
+    for start in range(0, len(codes), batch):
+        code, score = codes[start:start + batch], scores[start:start + batch]
+        pos = code == 1
+        pred = (code != -1) & (score >= thresholds)
+        counts += [np.sum(pos & pred, 0), np.sum(pred & ~pos, 0), np.sum(pos & ~pred, 0)]
+    return tuple(counts)
+
+
 def calibrate(collector, checkpoint_path, threshold, what):
     """Chooses the thresholds of the collected batches, writes them as thresholds.txt
     beside checkpoint_path and returns ({'micro_f1_calibrated', 'macro_f1_calibrated',
-    'micro_f1_global', 'macro_f1_global'}, path, the log lines). what: the images, in
-    words, for the file's header."""
+    'micro_f1_global', 'macro_f1_global'}, path, the log lines, (thresholds [C], the TP,
+    FP, FN [C] at them)). what: the images, in words, for the file's header."""
     codes, scores = collector.arrays()
     default = global_threshold(threshold)
     chosen, f1, positives = metrics.f1_optimal_thresholds(codes, scores, CODE_THRES, default)
+    counts = class_counts(codes, scores, chosen)
     before = f1_scores(codes, scores, default, CODE_THRES)
     after = f1_scores(codes, scores, chosen, CODE_THRES)
     results = {}
@@ -127,7 +140,7 @@ def calibrate(collector, checkpoint_path, threshold, what):
     lines = ['thresholds per class: %d of %d classes calibrated on %d images, written to %s'
              % (calibrated, len(chosen), len(codes), path),
              'F1 at the global vs the calibrated thresholds: ' + summary]
-    return results, path, lines
+    return results, path, lines, (chosen, counts)
 
 
 def write(path, thresholds, f1, positives, checkpoint, header):

@@ -10,13 +10,16 @@ import os
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from mlimages.config import flag_checks
 from mlimages.data import hierarchy
 from mlimages.data import input_pipeline
 from mlimages.distributed import devices
 from mlimages.distributed import distribute
 from mlimages.errors import HierarchyError, UsageError
 from mlimages.model import precision
+from mlimages.run import calibration
 from mlimages.run import checkpoints
+from mlimages.run import class_report
 from mlimages.run import model_fn
 from mlimages.run import run_dirs
 import resnet
@@ -77,13 +80,15 @@ def derived_values(settings, plan=None, warm_start=None):
     --class_num): plan, the distribute.Plan of a training run (images a step of this
     process and of the job, the task); warm_start, (checkpoint, names)."""
     model_dir, hierarchy_path = settings.output.model_dir, settings.evaluation.hierarchy
+    leaves = leaf_mask(hierarchy_path, settings.model.class_num) if hierarchy_path else None
+    evaluates = settings.task.demo or settings.task.mode in ('eval', 'train_and_eval') or (
+        plan is not None and plan.evaluates)
     derived = model_fn.Derived(
         cpu_input_grad=devices.gpu_count() == 0,
         max_steps=training_steps(settings.schedule.max_iter),
         legacy_counters=checkpoints.has_legacy_counters(model_dir),
-        leaf_mask=(leaf_mask(hierarchy_path, settings.model.class_num) if hierarchy_path
-                   else None),
-        warm_start=warm_start)
+        leaf_mask=leaves, warm_start=warm_start,
+        class_report=class_report_of(settings, leaves) if evaluates else None)
     if plan is None:
         return derived
     return derived._replace(images_per_step=plan.images_per_step,
@@ -92,6 +97,24 @@ def derived_values(settings, plan=None, warm_start=None):
                             job=plan.task is not None, head_shards=plan.head_shards,
                             stop_together=plan.distribution == 'collective',
                             checkpoint_dir=plan.own_checkpoint_dir(model_dir))
+
+
+def class_report_of(settings, leaves):
+    """The class_report.ClassReport of this run's evaluations (in the Estimator's
+    <model_dir>/eval), its class names from class_report.class_dictionary (a passed-over
+    file logged as a warning)."""
+    evaluation = settings.evaluation
+    names, source, warning = class_report.class_dictionary(
+        settings.inference.class_dict, evaluation.hierarchy, settings.data.data_dir,
+        settings.model.class_num)
+    if warning:
+        tf.logging.warning('%s', warning)
+    tf.logging.info('class names of the per-class report: %s', source or 'none (the name '
+                    'column stays empty; give --class_dict)')
+    return class_report.ClassReport(
+        os.path.join(settings.output.model_dir, 'eval'), names, leaves,
+        calibration.global_threshold(settings.inference.threshold), evaluation.pr_curves,
+        flag_checks.class_list(evaluation.pr_curve_classes), evaluation.report_classes)
 
 
 def session_config(devices_group, dtype, device_filters=(), fp16_on_cpu=False):

@@ -1,6 +1,7 @@
 """Evaluation with tf.estimator: a checkpoint on --test_iter batches of val (0 = all),
 train_and_eval's evaluations and an evaluator task's spec; with --threshold=calibrated
-the per-class thresholds chosen on the way (calibration.py). Errors: errors.UsageError
+the per-class thresholds chosen on the way (calibration.py); each writes its per-class
+report (class_report.py, through model_fn.Derived.class_report). Errors: errors.UsageError
 before a graph exists, errors.TrainingError (one line) after.
 """
 import os
@@ -52,13 +53,15 @@ def evaluation_checkpoint(checkpoint_path, model_dir):
 
 def evaluation_estimator(settings):
     """(the Estimator of --mode=eval, the calibration.ScoreCollector of
-    --threshold=calibrated or None)."""
+    --threshold=calibrated or None, the class_report.ClassReport: with a collector its
+    table waits for the calibrated thresholds)."""
     settings = estimator_lib.for_this_process(settings)
     derived, collector = estimator_lib.derived_values(settings), None
     if settings.inference.threshold == calibration.CALIBRATED:
         collector = calibration.ScoreCollector(settings.training.mask_thres)
         derived = derived._replace(score_hook=collector.hook)
-    return estimator_lib.make_estimator(settings, derived), collector
+        derived.class_report.deferred = True
+    return estimator_lib.make_estimator(settings, derived), collector, derived.class_report
 
 
 def evaluate(settings, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
@@ -75,7 +78,7 @@ def evaluate(settings, estimator=None, checkpoint_path=None, files=None, run_hoo
         files = evaluation_files(data, model.class_num)
         checkpoint_path = evaluation_checkpoint(settings.task.checkpoint_path, output.model_dir)
         estimator_lib.log_to_file(output.log_dir)
-        estimator, collector = evaluation_estimator(settings)
+        estimator, collector, report = evaluation_estimator(settings)
     checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(output.model_dir)
     checkpoints.check_checkpoint_head(checkpoint_path, model.class_num)
     try:
@@ -89,11 +92,12 @@ def evaluate(settings, estimator=None, checkpoint_path=None, files=None, run_hoo
     tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
                     results['global_step'], test_iter or 'all', format_metrics(results))
     if collector is not None:
-        found, _, lines = calibration.calibrate(
+        found, _, lines, (chosen, counts) = calibration.calibrate(
             collector, checkpoint_path, settings.inference.threshold,
             '%s val batches of %s (%s)' % (test_iter or 'all', data.data_dir,
                                           os.path.basename(checkpoint_path)))
         results.update(found)
         for line in lines:
             tf.logging.info('%s', line)
+        report.write(chosen, counts)
     return results

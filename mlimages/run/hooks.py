@@ -24,11 +24,18 @@ global step as it is after the step's own update from a fetch of that same run
 (`publish_step_after`: a read that waits on the train op). The tracker's read after each
 step and TensorFlow's checkpoint saver's (CheckpointSaverHook) were two more round trips a
 step, to the ps tasks in a ps job.
+
+ProfileHook traces the steps of --profile_steps with TensorFlow's profiler.
 """
+import glob
+import os
 import statistics
 import time
 
 import tensorflow.compat.v1 as tf
+# tf.profiler.experimental of TF2, which compat.v1 does not name: it traces graph-mode
+# sessions too, as TensorBoard's Profile tab reads them (*.xplane.pb).
+from tensorflow.python.profiler import profiler_v2 as profiler
 from mlimages.errors import RestartLoop
 
 SLOW_FACTOR = 10
@@ -257,3 +264,54 @@ class CheckpointSaverHook(tf.train.CheckpointSaverHook):
             self._timer.update_last_triggered_step(step)
             if self._save(run_context.session, step):
                 run_context.request_stop()
+
+
+class ProfileHook(tf.train.SessionRunHook):
+    """TensorFlow's profiler over the steps that make global steps first .. last: started
+    before the step that makes global step max(first, where the session starts), stopped
+    after the one that reaches last, written to <logdir>/plugins/profile/<time>/<host>
+    .xplane.pb (TensorBoard's Profile tab). A session that ends before (train_and_eval's
+    pieces, with an evaluation between them) stops its part of the trace, and the next
+    session traces the rest as a run of its own. log(line) says where each is and how to
+    open it."""
+
+    def __init__(self, logdir, first, last, log):
+        self._logdir, self._first, self._last, self._log = logdir, first, last, log
+        self._tracing = self._done = False
+        self._from = None
+
+    def begin(self):
+        self._global_step = tf.train.get_global_step()
+        self._step_after = step_after()
+
+    def after_create_session(self, session, coord):
+        self._step = int(session.run(self._global_step))
+        if not self._done and self._step >= self._last:
+            self._done = True
+            self._log('--profile_steps=%d,%d: training resumes at global step %d, past '
+                      'them: nothing traced' % (self._first, self._last, self._step))
+
+    def before_run(self, run_context):
+        if not (self._done or self._tracing) and self._step + 1 >= self._first:
+            profiler.start(self._logdir)
+            self._tracing, self._from = True, self._step + 1
+        return tf.train.SessionRunArgs(self._step_after)
+
+    def after_run(self, run_context, run_values):
+        self._step = int(run_values.results)
+        if self._tracing and self._step >= self._last:
+            self._stop()
+
+    def end(self, session):
+        if self._tracing:
+            self._stop()
+
+    def _stop(self):
+        profiler.stop()
+        self._tracing, self._done = False, self._step >= self._last
+        runs = sorted(glob.glob(os.path.join(self._logdir, 'plugins', 'profile', '*')),
+                      key=os.path.getmtime)
+        self._log('profile of global steps %d-%d in %s: open it with tensorboard --logdir %s, '
+                  'Profile tab (its plugin: pip install -r requirements-profile.txt)' % (
+                      self._from, self._step, runs[-1] if runs else self._logdir,
+                      self._logdir))

@@ -19,7 +19,8 @@ train_accuracy, learning_rate, skipped_records and the loss's histograms; evalua
 metrics are metrics.multilabel_metrics (F1 at the number of --threshold), with the run's
 leaf_mask (train.py --hierarchy) also mAP_leaf over the classes L with leaf_mask true and
 mAP_inner over the others (metrics.masked_mean with M = L, then M = not L); the run's
-score_hook (--threshold=calibrated) sees every evaluation batch's labels and scores.
+score_hook (--threshold=calibrated) sees every evaluation batch's labels and scores, and
+its class_report (class_report.py) reads the per-class values at the end.
 Evaluation's cross_entropy is the mean over the val images of
 loss.per_image_cross_entropy: the same at any --batch_size (training's is per batch;
 its positives and selection are the batch's).
@@ -72,8 +73,9 @@ Derived = collections.namedtuple('Derived', [
     'score_hook',              # evaluation: hook(labels, scores) -> a SessionRunHook, or None
     'cpu_input_grad',          # no GPU: resnet's CPU-fast convolution input gradients
     'checkpoint_dir',          # where this task's saver writes: None = --model_dir
+    'class_report',            # evaluation: the class_report.ClassReport, or None
 ], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False,
-             None))
+             None, None))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -304,9 +306,11 @@ def evaluation(labels, scores, per_image, parts, derived):
     scores = tf.debugging.check_numerics(
         scores, 'the model outputs NaN or Inf in inference mode (a '
         'diverged model, or one trained too briefly for its batch-norm moving averages)')
-    eval_metrics = metrics.multilabel_metrics(
+    eval_metrics, per_class = metrics.metrics_and_classes(
         labels, scores, parts.training.mask_thres, threshold=calibration.global_threshold(
             parts.inference.threshold), class_masks=hierarchy_masks(derived.leaf_mask))
     eval_metrics['cross_entropy'] = tf.metrics.mean(per_image)
     hooks_ = [derived.score_hook(labels, scores)] if derived.score_hook else []
+    if derived.class_report:
+        hooks_.append(derived.class_report.hook(per_class))
     return eval_metrics, hooks_

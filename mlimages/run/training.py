@@ -16,7 +16,7 @@ from tensorflow.python.framework import config as tf_config
 
 import file_db
 from mlimages import errors
-from mlimages.config import interpreter, run_settings
+from mlimages.config import flag_checks, interpreter, run_settings
 from mlimages.data import records
 from mlimages.distributed import cluster_flags
 from mlimages.distributed import devices
@@ -235,6 +235,9 @@ def train_with_hooks(estimator, settings, plan, chief, legacy_counters, inputs, 
     watch = peers.for_task(plan, settings.cluster.peer_timeout, PROGRAM, tf.logging.info,
                            tf.logging.warning)
     run_hooks = training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hooks)
+    span = flag_checks.profile_span(output.profile_steps)
+    if span and chief:  # one trace of the job: the chief's steps
+        run_hooks.append(hooks.ProfileHook(output.model_dir, *span, log=tf.logging.info))
     if legacy_counters:
         tf.logging.info('%s holds a checkpoint of the original program: its loss counters '
                         'are read and written as %s', output.model_dir,
