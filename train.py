@@ -105,6 +105,11 @@ def validate(settings):
         saved_models.check_export_dir(settings.task.export_dir)
     if settings.evaluation.hierarchy:  # a bad file is a UsageError
         estimator.leaf_mask(settings.evaluation.hierarchy, settings.model.class_num)
+    if settings.task.mode in ('eval', 'predict'):  # bf16 only where it is native
+        error = precision.bf16_inference_error(settings.model.dtype,
+                                               bool(tf.config.list_physical_devices('GPU')))
+        if error:
+            raise UsageError(error)
     check_cpu_kernels(settings.model.dtype, settings.devices)
 
 
@@ -164,7 +169,8 @@ def predict(settings):
         checkpoint=inference_checkpoint(settings.task.checkpoint_path,
                                         settings.output.model_dir),
         model=model, finetune=settings.finetune, resnet_size=model.resnet_size,
-        class_num=model.class_num, top_k=inference.top_k, preprocess=inference.preprocess)
+        class_num=model.class_num, top_k=inference.top_k, preprocess=inference.preprocess,
+        dtype=model.dtype)
     try:
         names = (inference_io.load_class_names(inference.class_dict, predictor.class_num)
                  if inference.class_dict else None)

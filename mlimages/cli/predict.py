@@ -153,7 +153,7 @@ def classifier(args, tree):
     """predict_args.with_predictor's work: the class names, the thresholds and the
     scores' reading the arguments ask for, then batch_outputs.predict_to; returns its
     (processed, skipped)."""
-    def work(serving, predictor, images, chosen):
+    def work(serving, predictor, images, chosen, progress):
         # A model trained with --label_type=single is scored by softmax, as --single_label.
         single = args.single_label or chosen.get('label_type') == 'single'
         if single and args.threshold is not None:
@@ -169,7 +169,7 @@ def classifier(args, tree):
         from mlimages.inference import batch_outputs
         return batch_outputs.predict_to(predictor, images, args.output, args.format,
                                         args.batch_size, args.top_k, threshold, names, PROG,
-                                        tree, args.consistent)
+                                        tree, args.consistent, progress)
     return work
 
 
