@@ -35,6 +35,7 @@ convert_tfrecords.py --short_side) and the crop resolution the network sees (mli
 --bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
 (mlimages/bench/bookkeeping.py). --startup: the time to the first training step of one
 device, MirroredStrategy and one process per device, in parts (mlimages/bench/first_step.py).
+--engines: inference img/s of each engine x dtype on one model (mlimages/bench/engines.py).
 """
 import argparse
 import glob
@@ -44,7 +45,7 @@ import sys
 import numpy as np
 
 from mlimages.config import startup
-from mlimages.bench import bookkeeping
+from mlimages.bench import bookkeeping, engines
 from mlimages.cli import lazy_tensorflow
 from mlimages.bench import photos
 from mlimages.bench import first_step
@@ -166,6 +167,7 @@ def build_parser():
     photos.add_arguments(parser)
     bookkeeping.add_arguments(parser)
     first_step.add_arguments(parser)
+    engines.add_arguments(parser)
     return parser
 
 
@@ -182,6 +184,8 @@ def main(argv=None):
         return bookkeeping.main(args)
     if args.startup:
         return first_step.main(args)
+    if args.engines:
+        return engines.main(args)
     files = shard_files(args)
     if files is None:
         return 2

@@ -51,10 +51,15 @@ def cpu_model(cpuinfo=CPUINFO):
     return _cpuinfo_field('model name', cpuinfo)
 
 
+def cpu_flags(cpuinfo=CPUINFO):
+    """The CPU's feature flags (Linux's names; none where /proc/cpuinfo does not exist)."""
+    return set(_cpuinfo_field('flags', cpuinfo).split())
+
+
 def cpu_bf16(cpuinfo=CPUINFO):
     """Whether the CPU computes bfloat16 natively (BF16_CPU_FLAGS): where bf16 inference
     beats fp32. False where /proc/cpuinfo does not exist (not Linux)."""
-    return bool(set(BF16_CPU_FLAGS) & set(_cpuinfo_field('flags', cpuinfo).split()))
+    return bool(set(BF16_CPU_FLAGS) & cpu_flags(cpuinfo))
 
 
 def bf16_inference_error(dtype, gpu_visible, flag='--dtype', cpuinfo=CPUINFO):
