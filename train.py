@@ -105,12 +105,15 @@ def validate(settings):
         saved_models.check_export_dir(settings.task.export_dir)
     if settings.evaluation.hierarchy:  # a bad file is a UsageError
         estimator.leaf_mask(settings.evaluation.hierarchy, settings.model.class_num)
-    if settings.task.mode in ('eval', 'predict'):  # bf16 only where it is native
-        error = precision.bf16_inference_error(settings.model.dtype,
-                                               bool(tf.config.list_physical_devices('GPU')))
-        if error:
-            raise UsageError(error)
     check_cpu_kernels(settings.model.dtype, settings.devices)
+
+
+def check_inference_dtype(dtype):
+    """--mode=eval and predict: bf16 only where it is native (a GPU, or a CPU with
+    bfloat16 instructions: precision.bf16_inference_error); raises UsageError."""
+    error = precision.bf16_inference_error(dtype, bool(tf.config.list_physical_devices('GPU')))
+    if error:
+        raise UsageError(error)
 
 
 def check_cpu_kernels(dtype, devices_group):
@@ -273,6 +276,7 @@ def dispatch(settings, extra_hooks):
         validate(settings)
         demo.report(settings, training.train(settings, flags_txt(settings), extra_hooks))
     elif mode == 'eval':
+        check_inference_dtype(settings.model.dtype)
         settings = trained_settings(settings)
         validate(settings)
         check_eval_model(settings.task.checkpoint_path, settings.output.model_dir,
@@ -280,6 +284,7 @@ def dispatch(settings, extra_hooks):
         evaluation.evaluate(settings, run_hooks=extra_hooks)
         return
     elif mode == 'predict':
+        check_inference_dtype(settings.model.dtype)
         predict(trained_settings(settings))
         return
     elif mode == 'export':
