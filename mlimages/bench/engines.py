@@ -12,7 +12,7 @@ rows need openvino (requirements-openvino.txt).
 
 Speed: in turns, each turn times --engines_batches batches of every variant once (after
 two warm-up batches at the start), in rotating order; the table shows the median images/s
-over --engines_turns turns and its ratio to TensorFlow fp32's. The first line names the
+over --engines_turns turns and the median of the per-turn ratios to TensorFlow fp32's. The first line names the
 CPU and whether it has bfloat16 instructions.
 
 Precision (--engines_images, a directory or list of images; a trained --engines_model
@@ -125,8 +125,8 @@ NETWORKS = {'tensorflow': TensorFlowNetwork, 'openvino': OpenVinoNetwork}
 
 
 def speed(networks, inputs, batches, turns, say):
-    """{variant: median images/s} over turns, each timing `batches` forward passes of every
-    network in turn (the order rotating)."""
+    """{variant: [images/s of each turn]}, each turn timing `batches` forward passes of
+    every network in turn (the order rotating)."""
     rates = {variant: [] for variant in networks}
     order = list(networks)
     for network in networks.values():
@@ -141,7 +141,7 @@ def speed(networks, inputs, batches, turns, say):
         say('turn %d of %d: %s' % (turn + 1, turns, ', '.join(
             '%s %s %.1f' % (variant + (rates[variant][-1],)) for variant in order)))
         order = order[1:] + order[:1]
-    return {variant: statistics.median(values) for variant, values in rates.items()}
+    return rates
 
 
 def agreement(checkpoint, model, variants, images, batch_size):
@@ -185,7 +185,7 @@ def cpu_line():
 
 def table(model, args, rates, agreed, skipped):
     """The text of the results."""
-    base = rates.get(('tensorflow', 'fp32'))
+    base = rates[('tensorflow', 'fp32')]
     lines = ['%s: engines on ResNet-%d, %d px, %d classes, batch %d, forward passes only '
              '(median of %d turns); %s' % (PROG, model.resnet_size, model.image_size,
                                           model.class_num, args.engines_batch,
@@ -197,7 +197,10 @@ def table(model, args, rates, agreed, skipped):
         if variant in skipped:
             lines.append('%-11s %-5s not run: %s' % (variant + (skipped[variant],)))
             continue
-        line = '%-11s %-5s %9.1f %9.2f' % (variant + (rates[variant], rates[variant] / base))
+        # the ratio: the median of each turn's, taken minutes apart from the next turn's
+        ratio = statistics.median(a / b for a, b in zip(rates[variant], base))
+        line = '%-11s %-5s %9.1f %9.2f' % (variant + (statistics.median(rates[variant]),
+                                                      ratio))
         if agreed:
             same, overlap, low, mean, worst = agreed[variant]
             line += '  %9.1f%%  %12.1f%%  %8.5f / %.5f  %16.2g' % (
