@@ -83,8 +83,8 @@ def test_bf16_inference_needs_bfloat16_instructions_or_a_gpu(tmp_path, flags, na
     assert (error is None) == native
     if error:
         assert error == ('--dtype=bf16: this CPU (Some CPU 9000) has no bfloat16 instructions '
-                         '(AVX512_BF16 or AMX), where bf16 is slower than fp32; run with '
-                         '--dtype=fp32')
+                         '(AVX512_BF16 or AMX): bf16 would be emulated, no faster than fp32 '
+                         'and less precise; run with --dtype=fp32')
     assert precision.bf16_inference_error('bf16', True, cpuinfo=path) is None
     assert precision.bf16_inference_error('fp32', False, cpuinfo=path) is None
 
