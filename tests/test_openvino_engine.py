@@ -1,5 +1,5 @@
 """openvino_engine.py against TensorFlow fp32 on real JPEGs (ResNet-18, 32 px, 5 classes,
-two training steps), the contract every engine keeps (a bad image's status, streaming,
+random weights), the contract every engine keeps (a bad image's status, streaming,
 progress, the output written whole), --dtype bf16 (its one-line error on a CPU without
 bfloat16 instructions) and the line that names the install command without openvino.
 
@@ -18,10 +18,11 @@ import pytest
 from PIL import Image
 
 import flags as flags_lib
+from mlimages.bench import engines
 from mlimages.cli import extract_features, predict as predict_tool
-from mlimages.inference import openvino_engine, serving
+from mlimages.inference import export, openvino_engine, serving
 from mlimages.model import precision
-from helpers import run_main, smooth_pixels, train_model
+from helpers import run_main, smooth_pixels
 
 needs_openvino = pytest.mark.skipif(
     importlib.util.find_spec('openvino') is None,
@@ -35,14 +36,14 @@ MIN_COSINE = 0.99
 
 @pytest.fixture(scope='module')
 def trained(module_dir):
-    """(model_dir, export_dir): two training steps, then the SavedModel of the last one."""
+    """(checkpoint path, export_dir): a ResNet-18 at its initial weights (the engines'
+    agreement does not need training; no train.py run keeps the suite short) and its
+    SavedModel."""
     root = str(module_dir('openvino'))
-    export_dir = os.path.join(root, 'export')
-    # batch_norm_decay 0: moving statistics of the last batch, finite after two steps.
-    _, model_dir, _ = train_model(root, 2, '--batch_norm_decay=0', '--lr=1e-4',
-                                  '--export_dir=' + export_dir)
-    (version,) = os.listdir(export_dir)
-    return model_dir, os.path.join(export_dir, version)
+    model = model_group()._replace(resnet_size=18, class_num=5)
+    checkpoint = engines.random_checkpoint(model, root)
+    return checkpoint, export.export_saved_model(checkpoint, os.path.join(root, 'export'),
+                                                 model)
 
 
 @pytest.fixture(scope='module')
@@ -102,54 +103,56 @@ def cosines(got, want):
 
 
 @pytest.fixture(scope='module')
-def tensorflow_fp32(trained, jpegs):
-    predictor = load('tensorflow', trained[0])
-    try:
-        return results(predictor, jpegs)
-    finally:
+def tensorflow_fp32(predictors, jpegs):
+    return results(predictors['tensorflow'], jpegs)
+
+
+@pytest.fixture(scope='module')
+def predictors(trained):
+    """{engine: the Predictor of the checkpoint}, loaded once (a conversion takes seconds)."""
+    made = {'tensorflow': load('tensorflow', trained[0])}
+    if importlib.util.find_spec('openvino'):
+        made['openvino'] = load('openvino', trained[0])
+    yield made
+    for predictor in made.values():
         predictor.close()
 
 
 @needs_openvino
 @pytest.mark.parametrize('source', ['checkpoint', 'saved_model'])
-def test_openvino_agrees_with_tensorflow_fp32(trained, jpegs, tensorflow_fp32, source):
-    model_dir, export_dir = trained
-    predictor = load('openvino', *((model_dir, None) if source == 'checkpoint'
-                                   else (None, export_dir)))
-    try:
-        assert (predictor.class_num, predictor.feature_dim) == (5, 512)
-        got, skipped = results(predictor, jpegs, batch_size=3)
-    finally:
-        predictor.close()
+def test_openvino_agrees_with_tensorflow_fp32(trained, jpegs, tensorflow_fp32, predictors,
+                                              source):
+    if source == 'checkpoint':
+        got, skipped = results(predictors['openvino'], jpegs, batch_size=3)
+    else:
+        predictor = load('openvino', export_dir=trained[1])
+        try:
+            assert (predictor.class_num, predictor.feature_dim) == (5, 512)
+            got, skipped = results(predictor, jpegs, batch_size=3)
+        finally:
+            predictor.close()
     want, want_skipped = tensorflow_fp32
     assert skipped == want_skipped == ['bad.jpg']
     assert_agree(got, want)
 
 
 @needs_openvino
-def test_a_batch_of_bad_images_only_gives_invalid_rows(trained):
-    predictor = load('openvino', trained[0])
-    try:
-        out = predictor.run([b'not an image', b''], serving.OUTPUT_KEYS)
-        assert predictor.decode_error(b'not an image')
-    finally:
-        predictor.close()
+def test_a_batch_of_bad_images_only_gives_invalid_rows(predictors):
+    predictor = predictors['openvino']
+    out = predictor.run([b'not an image', b''], serving.OUTPUT_KEYS)
+    assert predictor.decode_error(b'not an image')
     assert not out['valid'].any()
     assert (out['top_k_classes'] == -1).all() and not out['features'].any()
 
 
 @pytest.mark.parametrize('engine', ['tensorflow', pytest.param('openvino', marks=needs_openvino)])
-def test_every_engine_streams_its_images_and_reports_progress(trained, jpegs, engine):
+def test_every_engine_streams_its_images_and_reports_progress(predictors, jpegs, engine):
     """An endless iterator of images: the first results come after reading a batch or two,
     progress counts the images taken, the bad one is skipped each time round."""
-    predictor = load(engine, trained[0])
     taken, skipped = [], []
-    try:
-        first = list(itertools.islice(serving.predict_images(
-            predictor, itertools.cycle(jpegs), 4, lambda name, reason: skipped.append(name),
-            ('features',), taken.append), 9))
-    finally:
-        predictor.close()
+    first = list(itertools.islice(serving.predict_images(
+        predictors[engine], itertools.cycle(jpegs), 4,
+        lambda name, reason: skipped.append(name), ('features',), taken.append), 9))
     good = [name for name, _ in jpegs if name != 'bad.jpg']
     assert [name for name, _ in first] == (good * 2)[:9]
     assert taken == [4, 8] and skipped == ['bad.jpg', 'bad.jpg']
@@ -164,7 +167,8 @@ def test_extract_features_with_openvino_writes_what_tensorflow_writes(trained, j
     for engine in ('tensorflow', 'openvino'):
         out = str(tmp_path / ('%s.npy' % engine))
         status, _, err = run_main(extract_features, capsys, '--checkpoint', model_dir,
-                                  '--engine', engine, '--batch_size', 2, '-o', out, *paths)
+                                  '--image_size', 32, '--engine', engine, '--batch_size', 2,
+                                  '-o', out, *paths)
         assert status == 0, err
         assert sum('skipped' in line and 'bad.jpg' in line for line in err) == 1
         outputs[engine] = np.load(out)
