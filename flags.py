@@ -235,7 +235,9 @@ _string(G, 'dtype', 'fp32',
         'precision (graph rewrite) with dynamic loss scaling -- TensorFlow applies the '
         'rewrite only on a GPU, without one the graph stays fp32. bf16: the model in '
         'bfloat16, no loss scaling; on a CPU TensorFlow\'s oneDNN kernels need AVX-512 or '
-        'AMX for it (without, train.py stops before training and names the fix).')
+        'AMX for it (without, train.py stops before training and names the fix); '
+        '--mode=eval and predict in bf16 need a GPU or a CPU with AVX512_BF16 or AMX '
+        '(without, one error line).')
 _bool(G, 'xla', False,
       'XLA global JIT compilation of the training graph. On a GPU it just works; on a CPU '
       'TensorFlow also needs the environment variable TF_XLA_FLAGS=--tf_xla_cpu_global_jit, '

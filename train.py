@@ -108,6 +108,14 @@ def validate(settings):
     check_cpu_kernels(settings.model.dtype, settings.devices)
 
 
+def check_inference_dtype(dtype):
+    """--mode=eval and predict: bf16 only where it is native (a GPU, or a CPU with
+    bfloat16 instructions: precision.bf16_inference_error); raises UsageError."""
+    error = precision.bf16_inference_error(dtype, bool(tf.config.list_physical_devices('GPU')))
+    if error:
+        raise UsageError(error)
+
+
 def check_cpu_kernels(dtype, devices_group):
     """--dtype on a machine without GPUs: its CPU kernels must exist; raises UsageError."""
     if dtype != 'bf16' or tf.config.list_physical_devices('GPU'):
@@ -164,7 +172,8 @@ def predict(settings):
         checkpoint=inference_checkpoint(settings.task.checkpoint_path,
                                         settings.output.model_dir),
         model=model, finetune=settings.finetune, resnet_size=model.resnet_size,
-        class_num=model.class_num, top_k=inference.top_k, preprocess=inference.preprocess)
+        class_num=model.class_num, top_k=inference.top_k, preprocess=inference.preprocess,
+        dtype=model.dtype)
     try:
         names = (inference_io.load_class_names(inference.class_dict, predictor.class_num)
                  if inference.class_dict else None)
@@ -267,6 +276,7 @@ def dispatch(settings, extra_hooks):
         validate(settings)
         demo.report(settings, training.train(settings, flags_txt(settings), extra_hooks))
     elif mode == 'eval':
+        check_inference_dtype(settings.model.dtype)
         settings = trained_settings(settings)
         validate(settings)
         check_eval_model(settings.task.checkpoint_path, settings.output.model_dir,
@@ -274,6 +284,7 @@ def dispatch(settings, extra_hooks):
         evaluation.evaluate(settings, run_hooks=extra_hooks)
         return
     elif mode == 'predict':
+        check_inference_dtype(settings.model.dtype)
         predict(trained_settings(settings))
         return
     elif mode == 'export':

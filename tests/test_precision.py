@@ -64,6 +64,52 @@ def kernel_error(env):
     return eval(out.stdout.strip().splitlines()[-1])
 
 
+def cpuinfo(tmp_path, flags):
+    path = tmp_path / 'cpuinfo'
+    path.write_text('processor\t: 0\nmodel name\t: Some CPU 9000\nflags\t\t: %s\n\n'
+                    'processor\t: 1\n' % flags)
+    return str(path)
+
+
+@pytest.mark.parametrize('flags,native', [('fpu avx2 avx512f', False),
+                                          ('fpu avx512f avx512_bf16', True),
+                                          ('fpu amx_bf16 amx_tile', True),
+                                          ('fpu avx512_bf16x', False)])
+def test_bf16_inference_needs_bfloat16_instructions_or_a_gpu(tmp_path, flags, native):
+    path = cpuinfo(tmp_path, flags)
+    assert precision.cpu_bf16(path) == native
+    assert precision.cpu_model(path) == 'Some CPU 9000'
+    error = precision.bf16_inference_error('bf16', False, cpuinfo=path)
+    assert (error is None) == native
+    if error:
+        assert error == ('--dtype=bf16: this CPU (Some CPU 9000) has no bfloat16 instructions '
+                         '(AVX512_BF16 or AMX): bf16 would be emulated, no faster than fp32 '
+                         'and less precise; run with --dtype=fp32')
+    assert precision.bf16_inference_error('bf16', True, cpuinfo=path) is None
+    assert precision.bf16_inference_error('fp32', False, cpuinfo=path) is None
+
+
+def test_without_cpuinfo_no_cpu_has_bf16(tmp_path):
+    missing = str(tmp_path / 'none')
+    assert not precision.cpu_bf16(missing) and precision.cpu_model(missing) == ''
+    assert 'this CPU (model unknown)' in precision.bf16_inference_error('bf16', False,
+                                                                         cpuinfo=missing)
+
+
+@pytest.mark.skipif(precision.cpu_bf16(), reason='this CPU has bfloat16 instructions: '
+                    'bf16 evaluation runs instead of the error')
+def test_eval_in_bf16_on_this_cpu_is_one_line(dataset, tmp_path):
+    """train.py --mode=eval --dtype=bf16 stops before any graph, naming the CPU and the fix."""
+    model_dir = str(tmp_path / 'model')
+    os.makedirs(model_dir)
+    result = run_train('--mode=eval', '--dtype=bf16', '--data_dir=' + dataset,
+                       '--model_dir=' + model_dir, '--class_num=5', '--resnet_size=18',
+                       '--image_size=32', '--data_format=NHWC')
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == 'train.py: error: ' + precision.bf16_inference_error('bf16', False), last
+
+
 @pytest.mark.slow
 def test_bf16_on_a_cpu_without_bf16_convolutions_stops_at_once_naming_the_fix(tmp_path):
     reason = kernel_error(NO_BF16_CPU)

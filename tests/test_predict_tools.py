@@ -194,3 +194,14 @@ def test_a_checkpoints_settings_come_from_the_flags_txt_beside_it(tmp_path):
         'warning: --single_label differs from the trained --label_type=multi (%s)' % source]
     args = parse(['--saved_model', str(model), 'x.jpg'])
     assert predict_args.chosen_settings(args, list(predict_args.SETTINGS), *DEFAULT_GROUPS) == ({}, [])
+
+
+def test_the_progress_line_counts_the_images_of_the_total():
+    import io
+    stream = io.StringIO()
+    line = predict_args.ImageProgress('predict.py', 10, stream)
+    line.update(4)  # into a file: no line before 30 s
+    assert stream.getvalue() == ''
+    line.finish()
+    assert stream.getvalue().startswith('predict.py: 4 of 10 images, ')
+    assert ' images/s, ETA ' in stream.getvalue()

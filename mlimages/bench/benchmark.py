@@ -35,6 +35,9 @@ convert_tfrecords.py --short_side) and the crop resolution the network sees (mli
 --bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
 (mlimages/bench/bookkeeping.py). --startup: the time to the first training step of one
 device, MirroredStrategy and one process per device, in parts (mlimages/bench/first_step.py).
+--engines: inference img/s of each engine x dtype on one model (mlimages/bench/engines.py).
+--report_cost: the per-class report's time, memory and bytes at 11,166 classes
+(mlimages/bench/report_cost.py).
 """
 import argparse
 import glob
@@ -44,11 +47,8 @@ import sys
 import numpy as np
 
 from mlimages.config import startup
-from mlimages.bench import bookkeeping
+from mlimages.bench import bookkeeping, engines, first_step, photos, report_cost
 from mlimages.cli import lazy_tensorflow
-from mlimages.bench import photos
-from mlimages.bench import first_step
-from mlimages.bench import report_cost
 
 from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,
                                       build_pipeline, cpu_description, make_shards,
@@ -168,6 +168,7 @@ def build_parser():
     bookkeeping.add_arguments(parser)
     first_step.add_arguments(parser)
     report_cost.add_arguments(parser)
+    engines.add_arguments(parser)
     return parser
 
 
@@ -186,6 +187,8 @@ def main(argv=None):
         return first_step.main(args)
     if args.report_cost:
         return report_cost.main(args)
+    if args.engines:
+        return engines.main(args)
     files = shard_files(args)
     if files is None:
         return 2

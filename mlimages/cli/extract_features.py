@@ -126,12 +126,12 @@ def extractor(args):
     """predict_args.with_predictor's work: batch_outputs' features (the original's text, or
     the .npy with a PCA fitted or applied); returns (processed, skipped, feature
     dimension, the PCA's line or None)."""
-    def work(serving, predictor, images, chosen):
+    def work(serving, predictor, images, chosen, progress):
         lazy_tensorflow.tensorflow()
         from mlimages.inference import batch_outputs
         if args.format == 'original':
             counts = batch_outputs.extract_features_text_to(predictor, images, args.output,
-                                                            args.batch_size, PROG)
+                                                            args.batch_size, PROG, progress)
             return counts + (predictor.feature_dim, None)
         lazy_tensorflow.tensorflow()
         from mlimages.inference import pca as pca_lib
@@ -139,7 +139,8 @@ def extractor(args):
                  if args.pca and not args.pca_dim else None)
         processed, skipped, pca = batch_outputs.extract_features_to(
             predictor, images, args.output, args.names, args.batch_size, PROG, pca=saved,
-            fit_pca=(args.pca_dim, pca_file(args)) if args.pca_dim else None)
+            fit_pca=(args.pca_dim, pca_file(args)) if args.pca_dim else None,
+            progress=progress)
         dim = predictor.feature_dim if pca is None else len(pca.components)
         return processed, skipped, dim, pca_note(args, pca_lib, pca, predictor.feature_dim)
     return work

@@ -22,6 +22,11 @@ one it was exported with. --threshold calibrated lists each class at its own thr
 ones train.py --mode=eval --threshold=calibrated chose on the validation split
 (mlimages/run/calibration.py).
 
+--engine openvino runs the network in OpenVINO on the CPU (mlimages/inference/
+openvino_engine.py: the same preprocessing, outputs and per-image status); --dtype bf16
+computes it in bfloat16 on a CPU with AVX512_BF16 or AMX (elsewhere one error line). A
+progress line on stderr counts the images (predict_args.ImageProgress).
+
 --hierarchy FILE (the ML-Images dictionary_and_semantic_hierarchy.txt, hierarchy.py) adds
 every listed class's path to the root (TSV column `path`, JSON field `path`), and with
 --consistent the scores are made consistent with the tree before top-k and the threshold:
@@ -153,7 +158,7 @@ def classifier(args, tree):
     """predict_args.with_predictor's work: the class names, the thresholds and the
     scores' reading the arguments ask for, then batch_outputs.predict_to; returns its
     (processed, skipped)."""
-    def work(serving, predictor, images, chosen):
+    def work(serving, predictor, images, chosen, progress):
         # A model trained with --label_type=single is scored by softmax, as --single_label.
         single = args.single_label or chosen.get('label_type') == 'single'
         if single and args.threshold is not None:
@@ -169,7 +174,7 @@ def classifier(args, tree):
         from mlimages.inference import batch_outputs
         return batch_outputs.predict_to(predictor, images, args.output, args.format,
                                         args.batch_size, args.top_k, threshold, names, PROG,
-                                        tree, args.consistent)
+                                        tree, args.consistent, progress)
     return work
 
 

@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from mlimages.cli import lazy_tensorflow
+from mlimages.cli import lazy_tensorflow, progress
+from mlimages.config import gpu_env
 from mlimages.distributed import devices
 from mlimages import errors
 from mlimages.errors import UsageError
@@ -34,6 +35,7 @@ EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images tha
                'Ctrl-C (an output file appears only when complete).')
 
 
+ENGINES = ('tensorflow', 'openvino')  # --engine
 CALIBRATED = 'calibrated'  # --threshold: the per-class thresholds (calibration.py)
 
 
@@ -129,6 +131,21 @@ def add_model_arguments(parser, model):
                        help='layout of the checkpoint\'s model: NCHW (on a GPU; NHWC '
                             'without one), NHWC or auto (NCHW with a GPU; default); the '
                             'results do not depend on it')
+    group.add_argument('--engine', choices=ENGINES, default='tensorflow',
+                       help='what runs the network. tensorflow (default): the graph of '
+                            'train.py, on a GPU when there is one. openvino: OpenVINO on the '
+                            'CPU (pip install -r requirements-openvino.txt), the same '
+                            'preprocessing in TensorFlow; the network converted from '
+                            '--checkpoint or --saved_model at the start, or --onnx')
+    group.add_argument('--dtype', choices=('fp32', 'bf16'), default='fp32',
+                       help='what the network computes in: fp32 (default) or bf16 (the same '
+                            'weights in bfloat16; for CPUs with AVX512_BF16 or AMX, and GPUs '
+                            'of compute capability 8.0+; elsewhere a one-line error). With '
+                            '--engine tensorflow bf16 needs --checkpoint')
+    group.add_argument('--onnx', metavar='FILE',
+                       help='with --engine openvino and --saved_model: run this ONNX model '
+                            '(tools/export_onnx.py of that SavedModel) instead of converting '
+                            'the SavedModel')
     group.add_argument('--visiable_gpu', type=int, default=0, metavar='K',
                        help='run on GPU K (the original\'s spelling; default 0, when there '
                             'is one); -1 = leave the visible GPUs as they are')
@@ -151,6 +168,9 @@ def add_image_arguments(parser):
 
 
 def check_model_arguments(parser, args):
+    if args.onnx and not (args.engine == 'openvino' and args.saved_model):
+        parser.error('--onnx goes with --engine openvino and --saved_model (the SavedModel '
+                     'it was exported from, for its preprocessing)')
     if args.saved_model and (args.image_size or args.resnet_size or args.preprocess):
         parser.error('--image_size, --resnet_size and --preprocess go with --checkpoint; a '
                      'SavedModel has them built in')
@@ -186,11 +206,48 @@ def load_model(serving, args, model, top_k=5, chosen=None):
         image_size=chosen.get('image_size') or args.image_size or model.image_size,
         batch_norm_epsilon=chosen.get('batch_norm_epsilon', model.batch_norm_epsilon),
         data_format=data_format)
-    return serving.load_predictor(checkpoint=args.checkpoint, saved_model=args.saved_model,
-                                  checkpoint_flag=getattr(args, 'checkpoint_flag', 'checkpoint'),
-                                  model=model, resnet_size=args.resnet_size,
-                                  class_num=args.class_num, top_k=top_k,
-                                  preprocess=args.preprocess or serving.DEFAULT_PREPROCESS)
+    arguments = dict(checkpoint=args.checkpoint, saved_model=args.saved_model,
+                     checkpoint_flag=getattr(args, 'checkpoint_flag', 'checkpoint'),
+                     model=model, resnet_size=args.resnet_size, class_num=args.class_num,
+                     top_k=top_k, preprocess=args.preprocess or serving.DEFAULT_PREPROCESS,
+                     dtype=args.dtype)
+    if args.engine == 'openvino':
+        from mlimages.inference import openvino_engine
+        return openvino_engine.load_predictor(onnx=args.onnx, **arguments)
+    return serving.load_predictor(**arguments)
+
+
+def check_dtype(args):
+    """UsageError when --dtype cannot run natively with --engine here
+    (precision.bf16_inference_error: OpenVINO runs on the CPU; TensorFlow on a GPU of
+    compute capability 8.0+ when there is one)."""
+    from mlimages.model import precision  # imports TensorFlow: not before devices.choose
+    gpu = args.engine == 'tensorflow' and any(
+        tuple(c) >= (8, 0) for c in gpu_env.device_capabilities())
+    error = precision.bf16_inference_error(args.dtype, gpu)
+    if error:
+        raise UsageError(error)
+
+
+class ImageProgress(progress.ProgressLine):
+    """The inference commands' progress line on stderr: images taken of the total, their
+    rate and the ETA (a plain line every 30 s into a file, redrawn on a terminal)."""
+
+    def __init__(self, prog, total, stream=None):
+        super().__init__(True, stream)
+        self.prog, self.total, self.done = prog, total, 0
+
+    def update(self, done):
+        """serving.predict_images' progress."""
+        self.done = done
+        self.tick()
+
+    def done_total(self):
+        return self.done, self.total
+
+    def text(self):
+        return '%s: %d of %d images, %.1f images/s' % (self.prog, self.done, self.total,
+                                                        self.rate(self.done))
 
 
 def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator=None,
@@ -199,7 +256,9 @@ def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator
     data groups), collects the images the
     arguments name, loads the model, says which settings it runs with (the first line on
     stderr, after the model loaded: a model that does not load is one error line) and
-    returns work(serving, predictor, images, chosen settings), closing the model after; bad
+    returns work(serving, predictor, images, chosen settings, ImageProgress(...).update),
+    closing the model after (the model: serving's, or openvino_engine's for --engine
+    openvino; --dtype checked first, check_dtype); bad
     input is reported with `error` and gives None (exit status 2). list_separator: read
     --list as the original programs did (inference_io.original_list_entries)."""
     # One GPU, chosen before TensorFlow starts, as train.py chooses them.
@@ -210,6 +269,7 @@ def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator
     bad_input = (errors.UsageError, errors.DataError)
     predictor = None
     try:
+        check_dtype(args)
         chosen, lines = chosen_settings(args, names, model, data)
         from mlimages.inference import inference_io
         if list_separator is not None and args.list and not os.path.isdir(args.list):
@@ -222,9 +282,15 @@ def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator
         if args.saved_model:
             lines = ['inference settings: built into the SavedModel %s (%s)' % (
                 predictor.source, predictor.preprocessing or 'preprocessing not recorded')]
+        if args.engine != 'tensorflow' or args.dtype != 'fp32':
+            lines.append('engine %s, %s' % (args.engine, args.dtype))
         for line in lines:
             sys.stderr.write('%s: %s\n' % (prog, line))
-        return work(serving, predictor, images, chosen)
+        line = ImageProgress(prog, len(images))
+        result = work(serving, predictor, images, chosen, line.update)
+        if line.terminal:  # ends the line redrawn in place
+            line.finish()
+        return result
     except bad_input as e:
         error(e)
         return None

@@ -151,10 +151,7 @@ def build_inference_graph(model, data_format, top_k=DEFAULT_TOP_K,
     signatures = {}
     with tf.variable_scope(tf.get_variable_scope(), use_resource=True):
         if float_signature:
-            images = tf.placeholder(tf.float32, [None, size, size, 3], name='float_images')
-            predictions = network(images, None, tf.estimator.ModeKeys.PREDICT).predictions
-            signatures[FLOAT_SIGNATURE_KEY] = (
-                images, {key: predictions[key] for key in FLOAT_OUTPUT_KEYS})
+            signatures[FLOAT_SIGNATURE_KEY] = float_network(network, size)
         with tf.variable_scope(tf.get_variable_scope(), reuse=True if float_signature else None):
             encoded = tf.placeholder(tf.string, [None], name='encoded_images')
             images, index = decoded_batch(encoded, size, preprocess)
@@ -167,6 +164,24 @@ def build_inference_graph(model, data_format, top_k=DEFAULT_TOP_K,
             signatures[SIGNATURE_KEY] = (encoded, request_outputs(
                 predictions, index, tf.size(encoded), top_k, thresholds))
     return signatures
+
+
+def float_network(network, image_size):
+    """(network inputs [N, S, S, 3] float32, {FLOAT_OUTPUT_KEYS: tensor}) of `network`
+    (model_fn.make_model_fn's) in the default graph and variable scope."""
+    images = tf.placeholder(tf.float32, [None, image_size, image_size, 3],
+                            name='float_images')
+    predictions = network(images, None, tf.estimator.ModeKeys.PREDICT).predictions
+    return images, {key: predictions[key] for key in FLOAT_OUTPUT_KEYS}
+
+
+def build_float_network(model, data_format, finetune=None):
+    """float_network of the model group on resource variables, alone in the default graph
+    (the OpenVINO engine's network: nothing to decode)."""
+    network = model_fn.make_model_fn(model_parts(model, data_format, finetune),
+                                     model_fn.Derived())
+    with tf.variable_scope(tf.get_variable_scope(), use_resource=True):
+        return float_network(network, model.image_size)
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -277,7 +292,7 @@ class Predictor(object):
 
 def load_predictor(checkpoint=None, saved_model=None, model=None, resnet_size=None,
                    class_num=None, top_k=DEFAULT_TOP_K, checkpoint_flag='checkpoint',
-                   preprocess=DEFAULT_PREPROCESS, finetune=None):
+                   preprocess=DEFAULT_PREPROCESS, finetune=None, dtype='fp32'):
     """A Predictor from a checkpoint (a model directory or a checkpoint path; errors name it
     as --<checkpoint_flag>) or a SavedModel.
 
@@ -286,8 +301,13 @@ def load_predictor(checkpoint=None, saved_model=None, model=None, resnet_size=No
     architecture and class count read from the checkpoint's variables (resnet_size /
     class_num, when given, are checked against them). With a SavedModel everything is
     fixed at export (its preprocessing too); class_num is checked. preprocess:
-    PREPROCESSING's key for a checkpoint.
+    PREPROCESSING's key for a checkpoint. dtype: what the checkpoint's network computes in
+    (precision.py's fp32 or bf16; a SavedModel is float32).
     """
+    if saved_model and dtype != 'fp32':
+        raise UsageError('--dtype=%s with --saved_model: a SavedModel computes in float32 in '
+                         'TensorFlow; give the --checkpoint it was exported from, or run it '
+                         'with --engine openvino' % dtype)
     if saved_model:
         predictor = Predictor.from_saved_model(saved_model)
         if class_num and class_num != predictor.class_num:
@@ -295,24 +315,36 @@ def load_predictor(checkpoint=None, saved_model=None, model=None, resnet_size=No
             raise UsageError('%s has %d classes, --class_num is %d'
                              % (saved_model, predictor.class_num, class_num))
         return predictor
+    path, model = checkpoint_model(checkpoint, checkpoint_flag, model, resnet_size,
+                                   class_num, preprocess)
+    data_format = resnet.resolve_data_format(model.data_format, devices.gpu_count() > 0)
+    return Predictor.from_checkpoint(path, model._replace(dtype=dtype), data_format, top_k,
+                                     preprocess, finetune)
+
+
+def checkpoint_model(checkpoint, checkpoint_flag, model, resnet_size, class_num, preprocess):
+    """(the checkpoint path of `checkpoint`, the model group with the depth and class count
+    read from its variables); UsageError for no checkpoint, one that does not fit
+    resnet_size / class_num, or an unknown preprocess."""
     if not checkpoint:
         raise UsageError('no checkpoint given')
     path = checkpoints.resolve_checkpoint(checkpoint, checkpoint_flag)
     resnet_size, class_num = checkpoints.checkpoint_model(path, resnet_size, class_num)
-    model = model._replace(resnet_size=resnet_size, class_num=class_num)
-    data_format = resnet.resolve_data_format(model.data_format, devices.gpu_count() > 0)
     check_preprocess(preprocess)
-    return Predictor.from_checkpoint(path, model, data_format, top_k, preprocess, finetune)
+    return path, model._replace(resnet_size=resnet_size, class_num=class_num)
 
 
 # ---------------------------------------------------------------------------- prediction
 
-def predict_images(predictor, images, batch_size, on_skip, keys=OUTPUT_KEYS):
-    """Yields (name, {key: row}) for every image of `images` ((name, path) pairs) that could
-    be read and decoded, in order, running batch_size images at a time. For each other one
-    calls on_skip(name, reason) and goes on."""
-    batch = []
+def predict_images(predictor, images, batch_size, on_skip, keys=OUTPUT_KEYS, progress=None):
+    """Yields (name, {key: row}) for every image of `images` ((name, path) pairs, read as
+    they are needed: an iterator streams) that could be read and decoded, in order, running
+    batch_size images at a time. For each other one calls on_skip(name, reason) and goes
+    on. predictor: a Predictor or any engine's with its run and decode_error. progress:
+    called after each batch with the number of images taken from `images` so far."""
+    batch, taken = [], 0
     for name, path in images:
+        taken += 1
         try:
             data = inference_io.read_image_file(path)
         except (OSError, tf.errors.OpError) as e:
@@ -323,8 +355,12 @@ def predict_images(predictor, images, batch_size, on_skip, keys=OUTPUT_KEYS):
             for item in _run_batch(predictor, batch, on_skip, keys):
                 yield item
             batch = []
+            if progress:
+                progress(taken)
     for item in _run_batch(predictor, batch, on_skip, keys):
         yield item
+    if progress:
+        progress(taken)
 
 
 def _run_batch(predictor, batch, on_skip, keys):
