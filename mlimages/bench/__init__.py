@@ -8,6 +8,8 @@ memory_peak.py), one measurement a module.
     bookkeeping.py  the record tools' bookkeeping at many shards (--bookkeeping)
     first_step.py   time to the first training step, one process vs one per device
                     (--startup)
+    versus_keras.py train.py's training step against Keras' ResNet-V2 of the same depth
+                    (--versus_keras)
     graph_size.py   the training graph's size against the replicas (tools/graph_size.py)
     ps_placement.py the bytes of variables each ps task holds (tools/ps_placement.py)
     memory_peak.py  model/memory.py's constants fitted to the peak of a training step

@@ -35,6 +35,8 @@ convert_tfrecords.py --short_side) and the crop resolution the network sees (mli
 --bookkeeping: the record tools' per-shard costs at 20,000 shards, before and after
 (mlimages/bench/bookkeeping.py). --startup: the time to the first training step of one
 device, MirroredStrategy and one process per device, in parts (mlimages/bench/first_step.py).
+--versus_keras: train.py's training step against Keras' ResNet-V2 of the same depth, fp32
+and bf16 where the CPU has it (mlimages/bench/versus_keras.py).
 """
 import argparse
 import glob
@@ -48,6 +50,7 @@ from mlimages.bench import bookkeeping
 from mlimages.cli import lazy_tensorflow
 from mlimages.bench import photos
 from mlimages.bench import first_step
+from mlimages.bench import versus_keras
 
 from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,
                                       build_pipeline, cpu_description, make_shards,
@@ -166,6 +169,7 @@ def build_parser():
     photos.add_arguments(parser)
     bookkeeping.add_arguments(parser)
     first_step.add_arguments(parser)
+    versus_keras.add_arguments(parser)
     return parser
 
 
@@ -182,6 +186,8 @@ def main(argv=None):
         return bookkeeping.main(args)
     if args.startup:
         return first_step.main(args)
+    if args.versus_keras:
+        return versus_keras.main(args)
     files = shard_files(args)
     if files is None:
         return 2

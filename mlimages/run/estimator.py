@@ -10,6 +10,7 @@ import os
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from mlimages.config import cpu
 from mlimages.data import hierarchy
 from mlimages.data import input_pipeline
 from mlimages.distributed import devices
@@ -72,13 +73,20 @@ def leaf_mask(path, class_num):
     return tuple(bool(x) for x in hierarchy.split_leaf_inner(tree)[0])
 
 
+def input_grad_choice():
+    """cpu.Choice: whether this process's stride-1 convolutions take resnet's
+    forward-convolution input gradient (cpu.forward_input_grad), and why."""
+    return cpu.forward_input_grad(devices.gpu_count() > 0,
+                                  cpu.onednn(cpu.this_cpu(), os.environ))
+
+
 def derived_values(settings, plan=None, warm_start=None):
     """The model_fn.Derived of this process (from --max_iter, --model_dir, --hierarchy and
     --class_num): plan, the distribute.Plan of a training run (images a step of this
     process and of the job, the task); warm_start, (checkpoint, names)."""
     model_dir, hierarchy_path = settings.output.model_dir, settings.evaluation.hierarchy
     derived = model_fn.Derived(
-        cpu_input_grad=devices.gpu_count() == 0,
+        cpu_input_grad=input_grad_choice().value,
         max_steps=training_steps(settings.schedule.max_iter),
         legacy_counters=checkpoints.has_legacy_counters(model_dir),
         leaf_mask=(leaf_mask(hierarchy_path, settings.model.class_num) if hierarchy_path
