@@ -3,9 +3,10 @@
     oneDNN      TensorFlow 2.15's own rule (tensorflow/core/util/port.cc): its oneDNN
                 kernels are on by default on Linux x86 when the CPU has AVX512_VNNI,
                 AVX512_BF16, AVX_VNNI or AMX; TF_ENABLE_ONEDNN_OPTS=1/0 overrides.
-    input grad  resnet's forward-convolution input gradient (stride-1 convolutions) when
-                the kernels are TensorFlow's own (Eigen), whose Conv2DBackpropInput is
-                slow; oneDNN's native backward convolution otherwise.
+    input grad  resnet's forward-convolution input gradient (stride-1 convolutions)
+                without a GPU, with either kernel library (Eigen's Conv2DBackpropInput
+                is several times slower than its forward convolution, oneDNN's a few
+                percent); cuDNN's own with a GPU.
     --dtype     auto: bf16 for a run without GPU on a CPU with AMX_BF16 or AVX512_BF16
                 (oneDNN's bfloat16 convolutions use them), else fp32.
 
@@ -73,14 +74,13 @@ def has_bf16(cpu):
 
 def forward_input_grad(has_gpu, onednn_choice):
     """Choice(whether stride-1 convolutions take resnet's forward-convolution input
-    gradient, why)."""
+    gradient, why): without a GPU, in both kernel libraries -- the forward convolution
+    beats their stride-1 backward-data one (Eigen's by far, oneDNN's by a few percent)."""
     if has_gpu:
         return Choice(False, 'a GPU: cuDNN\'s own input gradient is the fast one')
-    if onednn_choice.value:
-        return Choice(False, 'oneDNN kernels (%s): their backward convolution is native'
-                      % onednn_choice.reason)
-    return Choice(True, 'TensorFlow\'s own kernels (oneDNN off: %s): their '
-                  'Conv2DBackpropInput is slow' % onednn_choice.reason)
+    kernels = 'oneDNN' if onednn_choice.value else 'Eigen'
+    return Choice(True, 'no GPU: %s\'s forward convolution beats its stride-1 '
+                  'backward-data one' % kernels)
 
 
 def resolve_dtype(dtype, has_gpu, cpu):
