@@ -44,3 +44,4 @@ def test_versus_keras_prints_both_sides_and_their_ratio():
     assert [row[0] for row in rows] == versus_keras.dtypes(this)[0]
     for row in rows:
         assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith('x')
+        assert float(row[4]) > 0 and float(row[5]) > 0 and row[6].endswith('x')

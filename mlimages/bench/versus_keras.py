@@ -93,10 +93,11 @@ class TrainPySide(object):
         self.steps(WARMUP_STEPS)
 
     def steps(self, n):
-        start = time.monotonic()
+        """(wall seconds, CPU seconds of this process) of n steps."""
+        wall, cpu_time = time.monotonic(), time.process_time()
         for _ in range(n):
             self.session.run(self.train_op)
-        return time.monotonic() - start
+        return time.monotonic() - wall, time.process_time() - cpu_time
 
     def close(self):
         self.session.close()
@@ -104,7 +105,7 @@ class TrainPySide(object):
 
 class KerasSide(object):
     """The Keras peer in a child process: it builds, warms up, then runs n steps on each
-    request and answers their wall time."""
+    request and answers their wall and CPU seconds."""
 
     def __init__(self, args, dtype):
         inter_op, intra_op = thread_counts()
@@ -122,7 +123,7 @@ class KerasSide(object):
         if not line:
             raise RuntimeError('the Keras child process ended (status %s)'
                                % self.child.wait())
-        return float(line)
+        return tuple(float(x) for x in line.split())
 
     def steps(self, n):
         self.child.stdin.write('%d\n' % n)
@@ -135,24 +136,31 @@ class KerasSide(object):
 
 
 def compare(args, dtype):
-    """(train.py's images/s of each turn, Keras', the per-turn ratios)."""
+    """{'rates': [train.py's images/s of each turn, Keras'], 'cpu_ms': [their CPU ms an
+    image]}."""
     sides = [TrainPySide(args, dtype), KerasSide(args, dtype)]
-    rates = [[], []]
+    images = args.keras_steps * args.keras_batch_size
+    rates, cpu_ms = [[], []], [[], []]
     try:
         for turn in range(args.keras_turns):
             for i in ([0, 1] if turn % 2 == 0 else [1, 0]):
-                seconds = sides[i].steps(args.keras_steps)
-                rates[i].append(args.keras_steps * args.keras_batch_size / seconds)
+                wall, cpu_time = sides[i].steps(args.keras_steps)
+                rates[i].append(images / wall)
+                cpu_ms[i].append(cpu_time * 1e3 / images)
             sys.stderr.write('%s: %s turn %d/%d: train.py %.2f, Keras %.2f images/s\n' % (
                 PROG, dtype, turn + 1, args.keras_turns, rates[0][-1], rates[1][-1]))
     finally:
         for side in sides:
             side.close()
-    return rates[0], rates[1], list(np.array(rates[0]) / np.array(rates[1]))
+    return {'rates': rates, 'cpu_ms': cpu_ms}
+
+
+def median_ratio(ours, theirs):
+    return float(np.median(np.array(ours) / np.array(theirs)))
 
 
 def table(args, results, note):
-    """The side-by-side table's lines: results, [(dtype, train.py rates, Keras', ratios)]."""
+    """The side-by-side table's lines: results, [(dtype, compare's figures)]."""
     this_cpu = cpu.this_cpu()
     onednn = cpu.onednn(this_cpu, os.environ)
     lines = ['train.py vs Keras %s: ResNet-%d, batch %d, image %d, %d classes' % (
@@ -161,14 +169,19 @@ def table(args, results, note):
              'CPU %s: oneDNN kernels %s (%s)' % (this_cpu.model or 'unknown',
                                                  'on' if onednn.value else 'off',
                                                  onednn.reason),
-             '  %-6s %16s %13s %8s' % ('dtype', 'train.py img/s', 'Keras img/s', 'ratio')]
-    for dtype, ours, theirs, ratios in results:
-        lines.append('  %-6s %16.2f %13.2f %7.2fx' % (
+             '  %-6s %16s %13s %8s %19s %13s %10s' % (
+                 'dtype', 'train.py img/s', 'Keras img/s', 'ratio', 'train.py CPU ms/img',
+                 'Keras CPU ms', 'CPU ratio')]
+    for dtype, figures in results:
+        (ours, theirs), (our_cpu, their_cpu) = figures['rates'], figures['cpu_ms']
+        lines.append('  %-6s %16.2f %13.2f %7.2fx %19.1f %13.1f %9.2fx' % (
             dtype, float(np.median(ours)), float(np.median(theirs)),
-            float(np.median(ratios))))
+            median_ratio(ours, theirs), float(np.median(our_cpu)),
+            float(np.median(their_cpu)), median_ratio(their_cpu, our_cpu)))
     lines.append('  (medians of %d turns of %d steps a side, the first side alternating; '
-                 'ratio = median per-turn ratio train.py / Keras)'
-                 % (args.keras_turns, args.keras_steps))
+                 'ratio = median per-turn ratio of images/s, train.py / Keras; CPU ratio '
+                 '= the same of CPU time an image, Keras / train.py: the fairer one when '
+                 'other jobs share the cores)' % (args.keras_turns, args.keras_steps))
     if note:
         lines.append('  ' + note)
     return lines
@@ -182,14 +195,14 @@ def main(args):
                              PROG, args.resnet_size, ', '.join(map(str, KERAS_MODELS))))
         return 2
     compared, note = dtypes(cpu.this_cpu())
-    results = [(dtype,) + compare(args, dtype) for dtype in compared]
+    results = [(dtype, compare(args, dtype)) for dtype in compared]
     print('\n'.join(table(args, results, note)))
     return 0
 
 
 def peer_main(spec_json):
     """The Keras child: builds the model of the spec, warms up, prints one line; then for
-    every line n on stdin runs n training steps and prints their wall time."""
+    every line n on stdin runs n training steps and prints their wall and CPU seconds."""
     spec = json.loads(spec_json)
     import tensorflow as tf
     tf.get_logger().setLevel('ERROR')
@@ -209,14 +222,14 @@ def peer_main(spec_json):
     train_step = model.make_train_function()
 
     def steps(n):
-        start = time.monotonic()
+        wall, cpu_time = time.monotonic(), time.process_time()
         for _ in range(n):
             float(train_step(batches)['loss'])  # waits for the step
-        return time.monotonic() - start
+        return '%r %r' % (time.monotonic() - wall, time.process_time() - cpu_time)
     steps(WARMUP_STEPS)
-    print('0', flush=True)
+    print('0 0', flush=True)
     for line in sys.stdin:
-        print(repr(steps(int(line))), flush=True)
+        print(steps(int(line)), flush=True)
     return 0
 
 
