@@ -112,7 +112,8 @@ class KerasSide(object):
         spec = dict(model=KERAS_MODELS[args.resnet_size], image_size=args.keras_image_size,
                     batch_size=args.keras_batch_size, class_num=args.keras_class_num,
                     dtype=dtype, inter_op=inter_op, intra_op=intra_op)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '3'))
+        env = dict(os.environ)
+        env.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
         self.child = subprocess.Popen(
             [sys.executable, '-m', 'mlimages.bench.versus_keras', json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)

@@ -92,4 +92,5 @@ def resolve_dtype(dtype, has_gpu, cpu):
     bf16 = has_bf16(cpu)
     if bf16:
         return Choice('bf16', 'auto: no GPU, and the CPU has %s' % ', '.join(bf16))
-    return Choice('fp32', 'auto: no GPU, and the CPU has neither %s' % ' nor '.join(BF16_FLAGS))
+    return Choice('fp32', 'auto: no GPU, and the CPU has neither %s'
+                  % ' nor '.join(BF16_FLAGS))
