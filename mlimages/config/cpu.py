@@ -4,9 +4,8 @@
                 kernels are on by default on Linux x86 when the CPU has AVX512_VNNI,
                 AVX512_BF16, AVX_VNNI or AMX; TF_ENABLE_ONEDNN_OPTS=1/0 overrides.
     input grad  resnet's forward-convolution input gradient (stride-1 convolutions)
-                without a GPU, with either kernel library (Eigen's Conv2DBackpropInput
-                is several times slower than its forward convolution, oneDNN's a few
-                percent); cuDNN's own with a GPU.
+                with TensorFlow's own (Eigen) kernels; oneDNN's or cuDNN's own
+                backward-data convolution otherwise.
     --dtype     auto: bf16 for a run without GPU on a CPU with AMX_BF16 or AVX512_BF16
                 (oneDNN's bfloat16 convolutions use them), else fp32.
 
@@ -74,13 +73,15 @@ def has_bf16(cpu):
 
 def forward_input_grad(has_gpu, onednn_choice):
     """Choice(whether stride-1 convolutions take resnet's forward-convolution input
-    gradient, why): without a GPU, in both kernel libraries -- the forward convolution
-    beats their stride-1 backward-data one (Eigen's by far, oneDNN's by a few percent)."""
+    gradient, why): only with TensorFlow's own (Eigen) kernels, whose stride-1
+    backward-data convolution is slow; oneDNN's is native and beats the forward
+    convolution with a flipped kernel, which it must reorder at every step."""
     if has_gpu:
         return Choice(False, 'a GPU: cuDNN\'s own input gradient is the fast one')
-    kernels = 'oneDNN' if onednn_choice.value else 'Eigen'
-    return Choice(True, 'no GPU: %s\'s forward convolution beats its stride-1 '
-                  'backward-data one' % kernels)
+    if onednn_choice.value:
+        return Choice(False, 'oneDNN\'s backward-data convolution beats a forward one '
+                      'with the flipped kernel')
+    return Choice(True, 'Eigen\'s backward-data convolution is slower than its forward one')
 
 
 def resolve_dtype(dtype, has_gpu, cpu):

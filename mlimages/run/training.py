@@ -206,7 +206,7 @@ def cpu_line():
     grad = estimator_lib.input_grad_choice()
     return 'CPU %s: oneDNN kernels %s (%s); stride-1 convolution input gradients %s (%s)' % (
         this_cpu.model or 'unknown', 'on' if onednn.value else 'off', onednn.reason,
-        'as forward convolutions' if grad.value else 'TensorFlow\'s own',
+        'as forward convolutions' if grad.value else 'the kernels\' own',
         grad.reason)
 
 
