@@ -36,13 +36,18 @@ def add_arguments(parser):
                                       '--resnet_size)')
     group.add_argument('--versus_keras', action='store_true',
                        help='train.py\'s training step against Keras\' ResNet-V2 of the '
-                            'same depth, side by side (this module\'s docstring)')
-    group.add_argument('--keras_image_size', type=int, default=160)
-    group.add_argument('--keras_batch_size', type=int, default=16)
-    group.add_argument('--keras_class_num', type=int, default=1000)
+                            'same depth, side by side, fp32 and bf16 where the CPU has it '
+                            '(mlimages/bench/versus_keras.py)')
+    group.add_argument('--keras_image_size', type=int, default=160,
+                       help='image size of both sides\' synthetic batch')
+    group.add_argument('--keras_batch_size', type=int, default=16,
+                       help='images a step of each side')
+    group.add_argument('--keras_class_num', type=int, default=1000,
+                       help='classes of both models')
     group.add_argument('--keras_steps', type=int, default=8,
                        help='timed steps of each side in a turn')
-    group.add_argument('--keras_turns', type=int, default=3)
+    group.add_argument('--keras_turns', type=int, default=3,
+                       help='turns; the side that goes first alternates')
 
 
 def dtypes(this_cpu):
