@@ -237,7 +237,8 @@ _string(G, 'dtype', 'fp32',
         'bfloat16, no loss scaling; on a CPU TensorFlow\'s oneDNN kernels need AVX-512 or '
         'AMX for it (without, train.py stops before training and names the fix); '
         '--mode=eval and predict in bf16 need a GPU or a CPU with AVX512_BF16 or AMX '
-        '(without, one error line).')
+        '(without, one error line). auto: bf16 for a run without GPU on a CPU with AMX_BF16 '
+        'or AVX512_BF16, else fp32 (a GPU run too); the log\'s first lines say which and why.')
 _bool(G, 'xla', False,
       'XLA global JIT compilation of the training graph. On a GPU it just works; on a CPU '
       'TensorFlow also needs the environment variable TF_XLA_FLAGS=--tf_xla_cpu_global_jit, '

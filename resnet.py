@@ -13,8 +13,9 @@ Variable names match the original's checkpoints (docs/original.md, Model), e.g.
 
 Images come in NHWC; with data_format 'channels_first' they are transposed once (what
 cuDNN prefers in float32). The model takes explicit arguments and reads no flags; the
-caller says whether stride-1 NHWC convolutions take the CPU's fast input gradient
-(cpu_input_grad: only when the process sees no GPU, _conv_same_fast_input_grad).
+caller says whether stride-1 NHWC convolutions take the forward-convolution input
+gradient (cpu_input_grad, _conv_same_fast_input_grad: for TensorFlow's own CPU kernels,
+mlimages/config/cpu.py).
 
 In ps mode the head (logits/dense: kernel and bias, and so their optimizer slots) is cut
 along the classes into one slice per ps task (head_shards, class_partitioner): whole, the

@@ -33,7 +33,7 @@ startup.before_tensorflow(PROGRAM)  # quiet start-up and the versions, before th
 import tensorflow.compat.v1 as tf  # noqa: E402
 
 import flags as flags_lib  # noqa: E402
-from mlimages.config import flag_checks, gpu_env, interpreter, run_settings  # noqa: E402
+from mlimages.config import cpu, flag_checks, gpu_env, interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
 from mlimages import errors  # noqa: E402
 from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
@@ -80,6 +80,16 @@ def choose_devices(settings):
             tf.logging.warning('%s', line)
     return settings._replace(devices=chosen,
                              data=settings.data._replace(private_threads=private))
+
+
+def resolve_dtype(settings):
+    """The Settings with --dtype=auto resolved for the GPUs this process sees and its CPU
+    (cpu.resolve_dtype), the choice and its reason logged."""
+    choice = cpu.resolve_dtype(settings.model.dtype, devices.gpu_count() > 0, cpu.this_cpu())
+    if settings.model.dtype != 'auto':
+        return settings
+    tf.logging.info('dtype %s (--dtype=%s)', choice.value, choice.reason)
+    return settings._replace(model=settings.model._replace(dtype=choice.value))
 
 
 def start_cluster(task, cluster, num_gpus, model_dir):
@@ -268,7 +278,7 @@ def dispatch(settings, extra_hooks):
     # TF_CONFIG from Slurm or the host flags, before it is read
     start_cluster(settings.task, settings.cluster, settings.devices.num_gpus,
                   settings.output.model_dir)
-    settings = choose_devices(settings)
+    settings = resolve_dtype(choose_devices(settings))
     mode = settings.task.mode
     if settings.task.demo:
         from mlimages import demo  # the record builders load for --demo only

@@ -7,7 +7,7 @@ import sys
 
 from PIL import Image
 
-from mlimages.model import precision
+from mlimages.config import cpu
 from helpers import ENV, ROOT, smooth_pixels
 
 
@@ -26,7 +26,7 @@ def test_engines_prints_each_engine_and_dtype_with_its_agreement(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith('benchmark.py: engines on ResNet-18, 32 px, 7 classes, batch 2')
-    assert 'bfloat16 instructions: %s' % ('none' if not precision.cpu_bf16() else '') \
+    assert 'bfloat16 instructions: %s' % ('none' if not cpu.has_bf16(cpu.this_cpu()) else '') \
         in lines[0]
     assert lines[1].split()[:4] == ['engine', 'dtype', 'images/s', 'x']
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in lines[2:]}
@@ -39,5 +39,5 @@ def test_engines_prints_each_engine_and_dtype_with_its_agreement(tmp_path):
         if variant in runs:
             assert float(rows[variant][4]) > 0.999  # the lowest cosine
         elif variant != ('tensorflow', 'fp32'):
-            assert rows[variant][:2] == ['not', 'run:'] or precision.cpu_bf16()
+            assert rows[variant][:2] == ['not', 'run:'] or cpu.has_bf16(cpu.this_cpu())
     assert 'agreement with TensorFlow fp32 on 3 images' in result.stderr

@@ -21,6 +21,7 @@ import flags as flags_lib
 from mlimages.bench import engines
 from mlimages.cli import extract_features, predict as predict_tool
 from mlimages.inference import export, openvino_engine, serving
+from mlimages.config import cpu
 from mlimages.model import precision
 from helpers import run_main, smooth_pixels
 
@@ -28,7 +29,7 @@ needs_openvino = pytest.mark.skipif(
     importlib.util.find_spec('openvino') is None,
     reason='openvino is not installed (pip install -r requirements-openvino.txt)')
 needs_bf16_cpu = pytest.mark.skipif(
-    not precision.cpu_bf16(),
+    not cpu.has_bf16(cpu.this_cpu()),
     reason='this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)')
 RELATIVE = 1e-4
 MIN_COSINE = 0.99
@@ -195,7 +196,7 @@ def test_onnx_goes_with_openvino_and_a_saved_model(trained, jpegs, capsys):
     assert status == 2 and '--onnx goes with --engine openvino and --saved_model' in err[-1]
 
 
-@pytest.mark.skipif(precision.cpu_bf16(), reason='this CPU has bfloat16 instructions: '
+@pytest.mark.skipif(cpu.has_bf16(cpu.this_cpu()), reason='this CPU has bfloat16 instructions: '
                     'bf16 runs instead of the error')
 @pytest.mark.parametrize('engine', ['tensorflow', 'openvino'])
 def test_bf16_on_a_cpu_without_it_is_one_line(trained, jpegs, capsys, engine):
@@ -203,7 +204,7 @@ def test_bf16_on_a_cpu_without_it_is_one_line(trained, jpegs, capsys, engine):
                                 engine, '--dtype', 'bf16', jpegs[0][1])
     assert status == 2 and not out
     assert len(err) == 1 and 'this CPU (%s) has no bfloat16 instructions' % (
-        precision.cpu_model() or 'model unknown') in err[0]
+        cpu.this_cpu().model or 'model unknown') in err[0]
     assert err[0].endswith('run with --dtype=fp32')
 
 

@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 
 import cluster_job
 from mlimages.config import choices
+from mlimages.config import cpu
 from mlimages.model import precision
 from helpers import (ENV, LOGICAL_CPUS, run_train, scalar_tags, small_run_flags, train_model,
                      write_dataset)
@@ -76,27 +77,27 @@ def cpuinfo(tmp_path, flags):
                                           ('fpu amx_bf16 amx_tile', True),
                                           ('fpu avx512_bf16x', False)])
 def test_bf16_inference_needs_bfloat16_instructions_or_a_gpu(tmp_path, flags, native):
-    path = cpuinfo(tmp_path, flags)
-    assert precision.cpu_bf16(path) == native
-    assert precision.cpu_model(path) == 'Some CPU 9000'
-    error = precision.bf16_inference_error('bf16', False, cpuinfo=path)
+    machine = cpu.this_cpu(cpuinfo(tmp_path, flags))
+    assert bool(cpu.has_bf16(machine)) == native
+    assert machine.model == 'Some CPU 9000'
+    error = precision.bf16_inference_error('bf16', False, machine=machine)
     assert (error is None) == native
     if error:
         assert error == ('--dtype=bf16: this CPU (Some CPU 9000) has no bfloat16 instructions '
                          '(AVX512_BF16 or AMX): bf16 would be emulated, no faster than fp32 '
                          'and less precise; run with --dtype=fp32')
-    assert precision.bf16_inference_error('bf16', True, cpuinfo=path) is None
-    assert precision.bf16_inference_error('fp32', False, cpuinfo=path) is None
+    assert precision.bf16_inference_error('bf16', True, machine=machine) is None
+    assert precision.bf16_inference_error('fp32', False, machine=machine) is None
 
 
 def test_without_cpuinfo_no_cpu_has_bf16(tmp_path):
-    missing = str(tmp_path / 'none')
-    assert not precision.cpu_bf16(missing) and precision.cpu_model(missing) == ''
+    missing = cpu.this_cpu(str(tmp_path / 'none'))
+    assert not cpu.has_bf16(missing) and missing.model == ''
     assert 'this CPU (model unknown)' in precision.bf16_inference_error('bf16', False,
-                                                                         cpuinfo=missing)
+                                                                         machine=missing)
 
 
-@pytest.mark.skipif(precision.cpu_bf16(), reason='this CPU has bfloat16 instructions: '
+@pytest.mark.skipif(bool(cpu.has_bf16(cpu.this_cpu())), reason='this CPU has bfloat16 instructions: '
                     'bf16 evaluation runs instead of the error')
 def test_eval_in_bf16_on_this_cpu_is_one_line(dataset, tmp_path):
     """train.py --mode=eval --dtype=bf16 stops before any graph, naming the CPU and the fix."""

@@ -10,7 +10,7 @@ import tensorflow.compat.v1 as tf
 
 import flags as flags_lib
 import train
-from mlimages.config import flag_checks
+from mlimages.config import cpu, flag_checks
 from mlimages.model import memory
 from helpers import CLASSES, ROOT, checkpoint_values, run_train, scalar_tags, \
     small_run_flags
@@ -187,6 +187,7 @@ def test_xla_and_synthetic_data_flags_train_with_train_py(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'XLA on' in result.stderr and 'synthetic data' in result.stderr
+    assert 'oneDNN kernels' in result.stderr  # the CPU line (config/cpu.py's choices)
     assert 'step 2: cross_entropy' in result.stderr
     assert tf.train.latest_checkpoint(model_dir).endswith('model.ckpt-2')
     line, warning = memory.preflight(18, SYNTHETIC_CLASSES, 2, 32, 'fp32', gpu_gb * memory.GB)
@@ -201,6 +202,16 @@ def test_bad_performance_flags_are_usage_errors(name, value):
     flag_checks.validate(settings)
     with pytest.raises(train.UsageError, match='--' + name):
         flag_checks.validate(flags_lib.replace(settings, **{name: value}))
+
+
+def test_dtype_auto_is_resolved_for_this_machine_and_a_given_dtype_kept():
+    settings = flags_lib.replace(flags_lib.default_settings(), dtype='auto')
+    flag_checks.validate(settings)
+    expected = cpu.resolve_dtype('auto', bool(tf.config.list_physical_devices('GPU')),
+                                 cpu.this_cpu()).value
+    assert train.resolve_dtype(settings).model.dtype == expected in ('fp32', 'bf16')
+    given = flags_lib.replace(settings, dtype='fp16')
+    assert train.resolve_dtype(given) is given
 
 
 def test_a_bad_boolean_is_said_in_words():

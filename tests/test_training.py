@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from mlimages.config import cpu
 from mlimages.distributed import devices, distribute
 import file_db
 from mlimages.run import estimator, run_plan
@@ -30,19 +31,22 @@ def test_the_epochs_max_iter_makes(tmp_path):
         '2400 training records, one epoch every 300 steps')
 
 
-@pytest.mark.parametrize('gpus,dtype,layout,cpu_input_grad', [
-    (0, 'fp32', 'channels_last', True),
-    (0, 'fp16', 'channels_last', True),
-    (1, 'fp32', 'channels_first', False),
-    (1, 'fp16', 'channels_last', False),   # tensor cores' layout: no CPU gradient on it
-    (8, 'bf16', 'channels_last', False),
+@pytest.mark.parametrize('gpus,dtype,layout,onednn,cpu_input_grad', [
+    (0, 'fp32', 'channels_last', '0', True),
+    (0, 'fp16', 'channels_last', '0', True),
+    (0, 'fp32', 'channels_last', '1', False),  # oneDNN's own input gradient
+    (1, 'fp32', 'channels_first', '0', False),
+    (1, 'fp16', 'channels_last', '0', False),   # tensor cores' layout: no CPU gradient on it
+    (8, 'bf16', 'channels_last', '1', False),
 ])
 def test_layout_and_input_gradient_for_the_gpus_seen(monkeypatch, tmp_path, gpus, dtype,
-                                                     layout, cpu_input_grad):
+                                                     layout, onednn, cpu_input_grad):
     """What a run builds as a process seeing `gpus` GPUs (devices.gpu_count, which starts
-    the runtime, stands in for them): --data_format=auto's layout and whether resnet takes
-    the CPU's input gradient."""
+    the runtime, stands in for them) with TensorFlow's oneDNN kernels off or on (the
+    environment variable; config/cpu.py): --data_format=auto's layout and whether resnet
+    takes the forward-convolution input gradient."""
     monkeypatch.setattr(devices, 'gpu_count', lambda: gpus)
+    monkeypatch.setenv(cpu.ONEDNN_ENV, onednn)
     given = settings(data_dir=str(tmp_path), model_dir=str(tmp_path / 'model'), dtype=dtype)
     assert given.model.data_format == 'auto'
     assert estimator.data_format(given.model) == layout

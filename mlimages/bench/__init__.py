@@ -9,6 +9,8 @@ memory_peak.py), one measurement a module.
     first_step.py   time to the first training step, one process vs one per device
                     (--startup)
     engines.py      inference img/s and agreement of each engine x dtype (--engines)
+    versus_keras.py train.py's training step against Keras' ResNet-V2 of the same depth
+                    (--versus_keras)
     graph_size.py   the training graph's size against the replicas (tools/graph_size.py)
     ps_placement.py the bytes of variables each ps task holds (tools/ps_placement.py)
     memory_peak.py  model/memory.py's constants fitted to the peak of a training step

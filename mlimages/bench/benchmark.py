@@ -38,6 +38,8 @@ device, MirroredStrategy and one process per device, in parts (mlimages/bench/fi
 --engines: inference img/s of each engine x dtype on one model (mlimages/bench/engines.py).
 --report_cost: the per-class report's time, memory and bytes at 11,166 classes
 (mlimages/bench/report_cost.py).
+--versus_keras: train.py's training step against Keras' ResNet-V2 of the same depth, fp32
+and bf16 where the CPU has it (mlimages/bench/versus_keras.py).
 """
 import argparse
 import glob
@@ -47,7 +49,8 @@ import sys
 import numpy as np
 
 from mlimages.config import startup
-from mlimages.bench import bookkeeping, engines, first_step, photos, report_cost
+from mlimages.bench import (bookkeeping, engines, first_step, photos, report_cost,
+                            versus_keras)
 from mlimages.cli import lazy_tensorflow
 
 from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,
@@ -169,6 +172,7 @@ def build_parser():
     first_step.add_arguments(parser)
     report_cost.add_arguments(parser)
     engines.add_arguments(parser)
+    versus_keras.add_arguments(parser)
     return parser
 
 
@@ -189,6 +193,8 @@ def main(argv=None):
         return report_cost.main(args)
     if args.engines:
         return engines.main(args)
+    if args.versus_keras:
+        return versus_keras.main(args)
     files = shard_files(args)
     if files is None:
         return 2

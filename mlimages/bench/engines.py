@@ -7,7 +7,7 @@
 The variants: TensorFlow (serving.py's float network restored from the checkpoint, in
 precision.py's fp32 or bf16) and OpenVINO (openvino_engine.py, INFERENCE_PRECISION_HINT f32
 or bf16), forward passes of --engines_batch random network inputs. bf16 runs only on a CPU
-with bfloat16 instructions (precision.cpu_bf16); elsewhere its row says why not. OpenVINO
+with bfloat16 instructions (config.cpu.has_bf16); elsewhere its row says why not. OpenVINO
 rows need openvino (requirements-openvino.txt).
 
 Speed: in turns, each turn times --engines_batches batches of every variant once (after
@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from mlimages.cli import lazy_tensorflow
+from mlimages.config import cpu
 
 PROG = 'benchmark.py'
 VARIANTS = (('tensorflow', 'fp32'), ('openvino', 'fp32'), ('tensorflow', 'bf16'),
@@ -68,10 +69,9 @@ def add_arguments(parser):
 
 def skip_reason(engine, dtype):
     """Why a variant does not run here, or None."""
-    from mlimages.model import precision
     if engine == 'openvino' and importlib.util.find_spec('openvino') is None:
         return 'openvino is not installed (pip install -r requirements-openvino.txt)'
-    if dtype == 'bf16' and not precision.cpu_bf16():
+    if dtype == 'bf16' and not cpu.has_bf16(cpu.this_cpu()):
         return 'this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)'
     return None
 
@@ -177,9 +177,8 @@ def agreement(checkpoint, model, variants, images, batch_size):
 
 
 def cpu_line():
-    from mlimages.model import precision
     from mlimages.bench.pipelines import cpu_description
-    found = [flag for flag in precision.BF16_CPU_FLAGS if flag in precision.cpu_flags()]
+    found = cpu.has_bf16(cpu.this_cpu())
     return '%s; bfloat16 instructions: %s' % (cpu_description(), ', '.join(found) or 'none')
 
 

@@ -9,5 +9,7 @@
     startup.py       what every entry point does before TensorFlow is imported (quiet
                      logs, supported versions)
     gpu_env.py       NVIDIA's GPU environment settings TensorFlow still reads
+    cpu.py           the CPU's model and flags (/proc/cpuinfo), and what is chosen from
+                     them: oneDNN, the input-gradient path, --dtype=auto
     interpreter.py   which Python runs the programs (standard library only: an entry point
                      runs it by path before any import)"""

@@ -22,8 +22,10 @@ PREPROCESSING = ('original', 'eval')
 # --label_type: how data/records.py parses a record's label (and recordkit writes it).
 LABEL_TYPES = ('multi', 'single')
 
-# --dtype: what model/precision.py computes the model in.
+# --dtype: what model/precision.py computes the model in; the flag also takes auto,
+# resolved at start to one of them (config/cpu.py).
 DTYPES = ('fp32', 'fp16', 'bf16')
+DTYPE_VALUES = DTYPES + ('auto',)
 
 # --tf_gpu_thread_mode: the GPU launch-thread plans of distributed/devices.py.
 GPU_THREAD_MODES = ('off', 'gpu_private', 'gpu_shared', 'auto')

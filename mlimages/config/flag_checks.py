@@ -159,7 +159,7 @@ CHECKS = {
     'snapshot': checks.positive,
     'augment_on': _augment_on,
     'private_threads': checks.at_least(0),
-    'dtype': checks.one_of(choices.DTYPES),
+    'dtype': checks.one_of(choices.DTYPE_VALUES),
     'tf_gpu_thread_mode': checks.one_of(choices.GPU_THREAD_MODES),
     'inter_op_threads': checks.at_least(0, '0 = TensorFlow\'s choice'),
     'intra_op_threads': checks.at_least(0, '0 = TensorFlow\'s choice'),

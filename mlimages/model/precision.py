@@ -11,7 +11,7 @@ bf16: the model is built in bfloat16 (the input cast, the variables read through
       the loss. On a CPU, TensorFlow's oneDNN kernels have bfloat16 convolutions only with
       AVX-512 or AMX; TensorFlow's own kernels (TF_ENABLE_ONEDNN_OPTS=0) have them
       everywhere. Inference (predict, extract_features, --mode=eval) in bf16 needs
-      bfloat16 instructions (cpu_bf16: AVX512_BF16 or AMX) or a GPU: elsewhere bf16 is
+      bfloat16 instructions (config.cpu.has_bf16: AVX512_BF16 or AMX) or a GPU: elsewhere bf16 is
       emulated (measured on an AVX2 EPYC: TensorFlow's bf16 1.04 x fp32's speed, features'
       cosine 0.99999), and bf16_inference_error says so in one line.
 """
@@ -23,10 +23,9 @@ import numpy as np
 
 import tensorflow.compat.v1 as tf
 
+from mlimages.config import cpu
+
 FP16_ON_CPU_ENV = 'MLIMAGES_FP16_ON_CPU'
-CPUINFO = '/proc/cpuinfo'
-# The CPU flags (Linux's names) of native bfloat16 arithmetic: AVX-512 BF16, AMX.
-BF16_CPU_FLAGS = ('avx512_bf16', 'amx_bf16')
 
 
 def fp16_on_cpu(environ=os.environ):
@@ -34,43 +33,16 @@ def fp16_on_cpu(environ=os.environ):
     return environ.get(FP16_ON_CPU_ENV) == '1'
 
 
-def _cpuinfo_field(field, cpuinfo):
-    """The value of the first `field` line of cpuinfo, '' without one (or the file)."""
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                name, _, value = line.partition(':')
-                if name.strip() == field:
-                    return value.strip()
-    except OSError:
-        pass
-    return ''
-
-
-def cpu_model(cpuinfo=CPUINFO):
-    """The CPU's model name ('' where /proc/cpuinfo does not say)."""
-    return _cpuinfo_field('model name', cpuinfo)
-
-
-def cpu_flags(cpuinfo=CPUINFO):
-    """The CPU's feature flags (Linux's names; none where /proc/cpuinfo does not exist)."""
-    return set(_cpuinfo_field('flags', cpuinfo).split())
-
-
-def cpu_bf16(cpuinfo=CPUINFO):
-    """Whether the CPU computes bfloat16 natively (BF16_CPU_FLAGS): where bf16 inference
-    beats fp32. False where /proc/cpuinfo does not exist (not Linux)."""
-    return bool(set(BF16_CPU_FLAGS) & cpu_flags(cpuinfo))
-
-
-def bf16_inference_error(dtype, gpu_visible, flag='--dtype', cpuinfo=CPUINFO):
+def bf16_inference_error(dtype, gpu_visible, flag='--dtype', machine=None):
     """None when inference in `dtype` runs natively here (fp32; bf16 on a visible GPU or
-    a CPU with cpu_bf16), else the one-line reason and its fix."""
-    if dtype != 'bf16' or gpu_visible or cpu_bf16(cpuinfo):
+    a CPU with bfloat16 instructions), else the one-line reason and its fix. machine: a
+    config.cpu.Cpu, this one's by default."""
+    machine = machine or cpu.this_cpu()
+    if dtype != 'bf16' or gpu_visible or cpu.has_bf16(machine):
         return None
     return ('%s=bf16: this CPU (%s) has no bfloat16 instructions (AVX512_BF16 or AMX): '
             'bf16 would be emulated, no faster than fp32 and less precise; run with %s=fp32'
-            % (flag, cpu_model(cpuinfo) or 'model unknown', flag))
+            % (flag, machine.model or 'model unknown', flag))
 
 
 def _float32_variables(getter, name, shape=None, dtype=None, *args, **kwargs):

@@ -10,7 +10,7 @@ import os
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
-from mlimages.config import flag_checks
+from mlimages.config import cpu, flag_checks
 from mlimages.data import hierarchy
 from mlimages.data import input_pipeline
 from mlimages.distributed import devices
@@ -75,6 +75,13 @@ def leaf_mask(path, class_num):
     return tuple(bool(x) for x in hierarchy.split_leaf_inner(tree)[0])
 
 
+def input_grad_choice():
+    """cpu.Choice: whether this process's stride-1 convolutions take resnet's
+    forward-convolution input gradient (cpu.forward_input_grad), and why."""
+    return cpu.forward_input_grad(devices.gpu_count() > 0,
+                                  cpu.onednn(cpu.this_cpu(), os.environ))
+
+
 def derived_values(settings, plan=None, warm_start=None):
     """The model_fn.Derived of this process (from --max_iter, --model_dir, --hierarchy and
     --class_num): plan, the distribute.Plan of a training run (images a step of this
@@ -84,7 +91,7 @@ def derived_values(settings, plan=None, warm_start=None):
     evaluates = settings.task.demo or settings.task.mode in ('eval', 'train_and_eval') or (
         plan is not None and plan.evaluates)
     derived = model_fn.Derived(
-        cpu_input_grad=devices.gpu_count() == 0,
+        cpu_input_grad=input_grad_choice().value,
         max_steps=training_steps(settings.schedule.max_iter),
         legacy_counters=checkpoints.has_legacy_counters(model_dir),
         leaf_mask=leaves, warm_start=warm_start,

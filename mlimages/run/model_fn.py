@@ -71,7 +71,7 @@ Derived = collections.namedtuple('Derived', [
     'head_shards',             # slices of the classifier head (ps mode: one a ps task)
     'stop_together',           # a synchronous job: its tasks agree in each step on a stop
     'score_hook',              # evaluation: hook(labels, scores) -> a SessionRunHook, or None
-    'cpu_input_grad',          # no GPU: resnet's CPU-fast convolution input gradients
+    'cpu_input_grad',          # resnet's forward-conv input gradients (config/cpu.py)
     'checkpoint_dir',          # where this task's saver writes: None = --model_dir
     'class_report',            # evaluation: the class_report.ClassReport, or None
 ], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False,

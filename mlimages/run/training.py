@@ -16,6 +16,7 @@ from tensorflow.python.framework import config as tf_config
 
 import file_db
 from mlimages import errors
+from mlimages.config import cpu as cpu_lib
 from mlimages.config import flag_checks, interpreter, run_settings
 from mlimages.data import records
 from mlimages.distributed import cluster_flags
@@ -198,6 +199,17 @@ def log_inputs(plan, inputs, evaluation_group, max_iter, model_dir):
                         max_iter if max_iter > 0 else 'infinity (never stops)')
 
 
+def cpu_line():
+    """The log's line on the CPU and the kernel choices made from it (config/cpu.py)."""
+    this_cpu = cpu_lib.this_cpu()
+    onednn = cpu_lib.onednn(this_cpu, os.environ)
+    grad = estimator_lib.input_grad_choice()
+    return 'CPU %s: oneDNN kernels %s (%s); stride-1 convolution input gradients %s (%s)' % (
+        this_cpu.model or 'unknown', 'on' if onednn.value else 'off', onednn.reason,
+        'as forward convolutions' if grad.value else 'the kernels\' own',
+        grad.reason)
+
+
 def log_model(settings, memory_lines):
     """The model, input and precision lines, the memory estimate, the CPU share and the
     learning-rate decay."""
@@ -220,6 +232,7 @@ def log_model(settings, memory_lines):
     tf.logging.info(devices.describe_share(devices.cpu_share(), devices_group.inter_op_threads,
                                            devices_group.intra_op_threads,
                                            data.private_threads))
+    tf.logging.info('%s', cpu_line())
     if settings.schedule.lr_decay_step == 0:
         tf.logging.info('lr_decay_step = 0: no learning-rate decay (lr stays %g after '
                         'warm-up)', settings.schedule.lr)
