@@ -3,7 +3,7 @@ random weights), the contract every engine keeps (a bad image's status, streamin
 progress, the output written whole), --dtype bf16 (its one-line error on a CPU without
 bfloat16 instructions) and the line that names the install command without openvino.
 
-Tolerances (stated in docs/inference.md): OpenVINO fp32 against TensorFlow fp32, every
+Tolerances (stated in docs/engines.md): OpenVINO fp32 against TensorFlow fp32, every
 score, probability and feature within 1e-4 x max(1, max |TensorFlow|); the top-k classes
 the same where their scores are further apart than that. bf16 against fp32: the features'
 cosine >= 0.99. OpenVINO tests run where openvino is installed (requirements-openvino.txt);
