@@ -15,6 +15,7 @@ import cluster_job
 from helpers import ENV, ROOT
 from mlimages.distributed import ports
 from mlimages.distributed import peers
+from mlimages.run import checkpoints
 
 SERVER = '''
 import sys
@@ -248,3 +249,36 @@ def test_a_collective_job_ends_every_task_when_one_is_lost_and_its_rerun_ends_at
     cluster_job.check_case(case, target, restart, [other])
     how = 'ended (its connection closed' if fault == 'kill' else 'stopped answering'
     assert how in case.errors[other][0], case.errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('fault,restart', [
+    pytest.param('stop', True, id='stop-worker:0-restarted'),
+    pytest.param('stop', False, marks=pytest.mark.matrix, id='stop-worker:0-not-restarted'),
+    pytest.param('kill', False, marks=pytest.mark.matrix, id='kill-worker:0-not-restarted')])
+def test_a_worker_lost_while_the_chief_saves_ends_it_and_the_rerun_resumes_from_a_complete_one(
+        dataset, tmp_path, fault, restart):
+    """The chief held before its checkpoint save of global step 5 (a save waits for every
+    worker in a collective job), the worker SIGSTOPped or SIGKILLed, the save let go: the
+    chief ends with status 200 naming the save -- after --peer_timeout=10 plus a tick or two
+    for a stopped worker (the bound allows a loaded machine), at once for a killed one. The
+    cut save leaves the `checkpoint` file naming step 0's complete checkpoint, which the
+    rerun restores, and it ends at --max_iter."""
+    case = cluster_job.Case(dataset, str(tmp_path), 'collective', fault, 'worker:0', restart,
+                            max_iter=12, at='save')
+    case.final_steps = (12,)
+    cluster_job.check_case(case, 'worker:0', restart, ['chief:0'])
+    seconds, _ = case.exits['chief:0'][0]
+    line = case.errors['chief:0'][0]
+    assert ' in the checkpoint save at global step %d; ' % cluster_job.SAVE_STEP in line, line
+    if fault == 'stop':
+        assert 'stopped answering' in line and seconds < 10 + 60, (seconds, case.text)
+    else:
+        assert 'ended (its connection closed' in line, line
+    if restart:
+        assert [c for k, c in case.restored['chief:0'] if k == 2] == ['model.ckpt-0'], (
+            case.restored, case.text)
+    else:
+        named, problem = checkpoints.state_checkpoint(case.model_dir)
+        assert problem is None and named.endswith('model.ckpt-0'), (named, problem)
+        assert checkpoints.damage(named) is None
