@@ -217,6 +217,58 @@ def test_a_long_step_with_every_peer_answering_is_reported_not_ended():
     assert len(s.logged) <= 500 / 60 + 1
 
 
+def test_a_wait_after_the_step_is_probed_and_named_in_the_lines():
+    """A checkpoint save after the step completed (its hook after the watch's): probed
+    after a tick, a line a minute naming it, the end after the timeout naming it."""
+    s = Script()
+    watch = s.watch(timeout=60)
+    watch.waiting()
+    watch.stepped(5)
+    with watch.waiting_in('the checkpoint save at global step 5'):
+        s.states['h:1'] = peers.SILENT
+        assert watch.check() is None and s.probed == []  # not a tick yet
+        for _ in range(int(59 / peers.TICK_SECONDS) + 1):
+            s.now += peers.TICK_SECONDS
+            assert watch.check() is None
+        assert s.logged[0].startswith('waiting in the checkpoint save at global step 5 for '
+                                      '5 s: worker:0 at h:1 does not answer for 0 s'), s.logged
+        s.now += 2 * peers.TICK_SECONDS
+        line = watch.check()
+    assert s.ended == [line]
+    assert line.startswith('worker:0 at h:1 stopped answering (no answer for 6'), line
+    assert ' in the checkpoint save at global step 5; exiting with status 200 (retryable)' \
+        in line, line
+
+
+def test_a_wait_inside_the_step_names_the_innermost_and_leaving_it_starts_afresh():
+    s = Script()
+    watch = s.watch(timeout=60)
+    watch.waiting()  # a ps chief: its saver's hook runs before the watch's
+    with watch.waiting_in('the checkpoint save at global step 5'):
+        s.states['h:1'] = peers.SILENT
+        s.now += peers.TICK_SECONDS
+        watch.check()
+        assert s.logged[-1].startswith('waiting in the checkpoint save at global step 5 '), \
+            s.logged
+    s.states['h:1'] = peers.ANSWERS
+    watch.stepped(5)
+    watch.gone('worker:0')
+    assert watch.check() is None  # its own work: not a wait
+    with watch.waiting_in('the checkpoint save at the end of training'):
+        line = watch.check()
+    assert line.startswith('worker:0 at h:1 ended (its connection closed') and \
+        ' in the checkpoint save at the end of training; ' in line, line
+
+
+def test_a_stopped_watch_ends_nothing():
+    s = Script()
+    watch = s.watch()
+    watch.gone('worker:0')
+    watch.stop()
+    with watch.waiting_in('the checkpoint save at global step 5'):
+        assert watch.check() is None and s.ended == []
+
+
 @pytest.mark.parametrize('me,distribution,watched', [
     ('chief:0', 'collective', ['worker:0', 'worker:1']),
     ('worker:1', 'collective', ['chief:0', 'worker:0']),
