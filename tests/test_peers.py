@@ -305,8 +305,8 @@ def test_a_collective_job_ends_every_task_when_one_is_lost_and_its_rerun_ends_at
 
 @pytest.mark.slow
 @pytest.mark.parametrize('fault,restart', [
-    pytest.param('stop', True, id='stop-worker:0-restarted'),
-    pytest.param('stop', False, marks=pytest.mark.matrix, id='stop-worker:0-not-restarted'),
+    pytest.param('stop', False, id='stop-worker:0-not-restarted'),
+    pytest.param('stop', True, marks=pytest.mark.matrix, id='stop-worker:0-restarted'),
     pytest.param('kill', False, marks=pytest.mark.matrix, id='kill-worker:0-not-restarted')])
 def test_a_worker_lost_while_the_chief_saves_ends_it_and_the_rerun_resumes_from_a_complete_one(
         dataset, tmp_path, fault, restart):
@@ -314,8 +314,8 @@ def test_a_worker_lost_while_the_chief_saves_ends_it_and_the_rerun_resumes_from_
     worker in a collective job), the worker SIGSTOPped or SIGKILLed, the save let go: the
     chief ends with status 200 naming the save -- after --peer_timeout=10 plus a tick or two
     for a stopped worker (the bound allows a loaded machine), at once for a killed one. The
-    cut save leaves the `checkpoint` file naming step 0's complete checkpoint, which the
-    rerun restores, and it ends at --max_iter."""
+    cut save leaves the `checkpoint` file naming step 0's complete checkpoint; rerun (-m
+    matrix), the chief restores it and the job ends at --max_iter."""
     case = cluster_job.Case(dataset, str(tmp_path), 'collective', fault, 'worker:0', restart,
                             max_iter=12, at='save')
     case.final_steps = (12,)
