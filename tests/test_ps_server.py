@@ -126,8 +126,9 @@ def test_a_ps_task_lost_while_the_chief_saves_ends_it_and_the_rerun_resumes(data
     cluster_job.check_case(case, 'ps:0', True, LOST_BY['ps:0'])
     seconds, _ = case.exits['chief:0'][0]
     line = case.errors['chief:0'][0]
-    assert re.search(r' stopped answering .* in the checkpoint save at global step \d+; ',
-                     line), line
+    # (a stopped ps's listen queue may also refuse: either is no answer)
+    assert re.search(r' (stopped answering|refused connections) .* in the checkpoint save at '
+                     r'global step \d+; ', line), line
     assert seconds < 10 + 60, (seconds, case.text)
     assert [c for k, c in case.restored['chief:0'] if k == 2] == ['model.ckpt-0'], (
         case.restored, case.text)

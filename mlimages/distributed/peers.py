@@ -27,16 +27,17 @@ a ps job it reads the ps tasks):
     a peer is lost  = collective: its held connection closed (killed, crashed, restarted):
                       the survivors cannot go on with it, every task must restart
                     or it has refused or not answered every probe for --peer_timeout
-                      seconds (probed every TICK_SECONDS once the step has lasted a
+                      seconds (probed every TICK_SECONDS once the wait has lasted a
                       tick; a peer that never comes up at the start of a job included)
 
 A lost peer ends this task: one line naming it and what this task waited in, exit status
 PEER_LOST_STATUS (200, retryable: 128-255); the chief's last checkpoint is where the rerun
 resumes (a save cut by the exit is never named by the `checkpoint` file: TensorFlow writes
 it after the checkpoint's files). While it waits the task writes one line a minute at most.
-An evaluation (an evaluator task's; --mode=train_and_eval runs in no cluster) and
---export_dir's export read checkpoint files in a local session: no wait on the job. 0 for --peer_timeout waits forever for a silent
-peer (TensorFlow's behaviour) but still ends on a closed connection.
+0 for --peer_timeout waits forever for a silent peer (TensorFlow's behaviour) but still
+ends on a closed connection. An evaluation (an evaluator task's; --mode=train_and_eval
+runs in no cluster) and --export_dir's export read checkpoint files in a local session:
+they are no wait on the job.
 """
 import contextlib
 import os

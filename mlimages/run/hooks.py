@@ -267,7 +267,8 @@ class CheckpointSaverHook(tf.train.CheckpointSaverHook):
     step; this one saves at the same steps (every save_steps, and at the end) without.
     watch: the task's peers.Watch (None outside a cluster job): the runs of a save are
     waits on the job (a collective save waits for every worker, a ps job's reads the ps
-    tasks), only the runs -- writing the files is this task's own work."""
+    tasks). Only the runs: while this task writes the files, a collective peer that has
+    finished the job may exit, and that is no loss."""
 
     def __init__(self, checkpoint_dir, watch=None, **kwargs):
         super().__init__(checkpoint_dir, **kwargs)
