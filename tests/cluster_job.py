@@ -310,11 +310,14 @@ def table_row(case, mode, fault, target, restart):
 
 def main(argv):
     """python tests/cluster_job.py [collective|ps] [--peer_timeout S|none] [--bound S]
-    [--case fault,target,restart ...]: runs the lost-task cases and prints the table."""
+    [--at step|save] [--case fault,target,restart ...]: runs the lost-task cases and prints
+    the table."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument('modes', nargs='*', default=['collective', 'ps'])
     parser.add_argument('--peer_timeout', default='10')
     parser.add_argument('--bound', type=float, default=600)
+    parser.add_argument('--at', choices=('step', 'save'), default='step',
+                        help='the fault lands in a step or in the chief\'s checkpoint save')
     parser.add_argument('--case', action='append', default=[],
                         help='fault,target,restart e.g. kill,worker:0,1 (default: all)')
     args = parser.parse_args(argv)
@@ -333,7 +336,7 @@ def main(argv):
             work = tempfile.mkdtemp(dir=root)
             case = Case(data, work, mode, fault, target, restart,
                         max_iter=12 if mode == 'collective' else 30, peer_timeout=timeout,
-                        bound=args.bound)
+                        bound=args.bound, at=args.at)
             print(table_row(case, mode, fault, target, restart), flush=True)
             shutil.rmtree(work, ignore_errors=True)
 

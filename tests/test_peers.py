@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -39,17 +38,11 @@ def server():
     child.wait()
 
 
-def stopped(pid):
-    """Waits until the kernel shows the process stopped (the signal is asynchronous)."""
-    while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'T':
-        time.sleep(0.01)
-
-
 def test_the_probe_tells_a_live_a_stopped_and_a_gone_server_apart(server):
     child, address = server
     assert peers.answer(address) == peers.ANSWERS
     child.send_signal(signal.SIGSTOP)
-    stopped(child.pid)
+    cluster_job.stopped(child.pid)
     # The kernel completes the TCP handshake of a stopped process; only gRPC answers.
     assert peers.answer(address, timeout=1.0) == peers.SILENT
     child.send_signal(signal.SIGCONT)
