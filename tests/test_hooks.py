@@ -219,3 +219,31 @@ def test_every_run_of_a_save_is_a_named_wait_whatever_the_hook_order(tmp_path, s
                            'in the checkpoint save at global step 3',
                            "left (index ['model.ckpt-0.index', 'model.ckpt-2.index', "
                            "'model.ckpt-3.index'], state file names model.ckpt-2)"]
+
+
+class ReadAfterTheStep(tf.train.SessionRunHook):
+    """What TensorFlow's StopAtStepHook does after the last step: one more read of the
+    global step (from the ps tasks in a ps job), noted among the watch's events."""
+
+    def __init__(self, events):
+        self._events = events
+
+    def after_run(self, run_context, run_values):
+        self._events.append('read %d' % run_context.session.run(tf.train.get_global_step()))
+
+
+def test_in_a_ps_job_the_reads_after_the_last_step_are_a_wait_until_the_session_ends(tmp_path):
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        advance = tf.assign_add(step, 1)
+        hooks.publish_step_after(advance)
+        watch = RecordingWatch(str(tmp_path))
+        tracker = hooks.StepTracker()
+        run_hooks = [tracker, hooks.PeerWatchHook(watch, tracker, last_step=2),
+                     hooks.StopAtGlobalStepHook(2), ReadAfterTheStep(watch.events)]
+        with tf.train.MonitoredSession(hooks=run_hooks) as session:
+            while not session.should_stop():
+                session.run(advance)
+    assert watch.events == ['waiting', 'waiting', 'stepped 1', 'read 1', 'waiting',
+                            'stepped 2', 'in the end of training at global step 2', 'read 2',
+                            'left (index [], state file names None)']

@@ -25,6 +25,7 @@ global step as it is after the step's own update from a fetch of that same run
 step and TensorFlow's checkpoint saver's (CheckpointSaverHook) were two more round trips a
 step, to the ps tasks in a ps job.
 """
+import contextlib
 import statistics
 import time
 
@@ -177,10 +178,14 @@ class PeerWatchHook(tf.train.SessionRunHook):
     runs before this hook); the watch ends the task when a peer it cannot go on without is
     lost. The runs of the hooks after a step (a checkpoint save) are waits of their own
     (WatchedSession), whatever the order of the hooks; the trainer stops the watch once
-    the session is closed."""
+    the session is closed. last_step: a ps job's --max_iter. After the step that reaches
+    it, TensorFlow's own stop hook reads the global step from the ps tasks once more: from
+    there to the session's end is a wait too. (Never in a collective job: a peer that has
+    finished may exit then, and that is no loss.)"""
 
-    def __init__(self, watch, tracker):
-        self._watch, self._tracker = watch, tracker
+    def __init__(self, watch, tracker, last_step=None):
+        self._watch, self._tracker, self._last_step = watch, tracker, last_step
+        self._ending = contextlib.ExitStack()
 
     def begin(self):
         self._watch.start()
@@ -190,7 +195,15 @@ class PeerWatchHook(tf.train.SessionRunHook):
         self._watch.waiting()
 
     def after_run(self, run_context, run_values):
-        self._watch.stepped(self._tracker.last_step)
+        step = self._tracker.last_step
+        self._watch.stepped(step)
+        if self._last_step is not None and step >= self._last_step:
+            self._ending.close()
+            self._ending.enter_context(self._watch.waiting_in(
+                'the end of training at global step %d' % step))
+
+    def end(self, session):
+        self._ending.close()
 
 
 class WatchedSession(session_lib.SessionInterface):

@@ -272,10 +272,12 @@ def training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hook
     """The SessionRunHooks of every training session: the step tracker, the peer watch,
     the restart limit, the stop on a signal, the extra ones, a ps job's stop at
     --max_iter."""
-    run_hooks = [tracker] + ([hooks.PeerWatchHook(watch, tracker)] if watch else []) + [
-        hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
-    if plan.distribution == 'ps' and max_iter > 0:
-        run_hooks.append(hooks.StopAtGlobalStepHook(max_iter))
+    ps_last = max_iter if plan.distribution == 'ps' and max_iter > 0 else None
+    watching = [hooks.PeerWatchHook(watch, tracker, ps_last)] if watch else []
+    run_hooks = [tracker] + watching + [hooks.RestartLimitHook(), stop_hook] + list(
+        extra_hooks)
+    if ps_last:
+        run_hooks.append(hooks.StopAtGlobalStepHook(ps_last))
     return run_hooks
 
 
