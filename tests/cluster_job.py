@@ -103,15 +103,19 @@ class Supervisor(object):
 
 class Job(object):
     """A chief and `workers - 1` workers (and `ps` parameter servers) of one model_dir, all
-    held before their local step `hold` until release(). extra: more train.py flags; env:
-    the tasks' environment."""
+    held before their local step `hold` until release() (with save_hold, the chief instead
+    before its first checkpoint save of a global step >= save_hold). extra: more train.py
+    flags; env: the tasks' environment."""
 
     def __init__(self, data, model_dir, gate_dir, max_iter, workers=2, ps=0, hold=7,
-                 restart=True, extra=(), env=ENV):
+                 restart=True, extra=(), env=ENV, save_hold=None, snapshot=100):
         addresses = ['127.0.0.1:%d' % p for p in ports.free_ports(workers + ps)]
         self.gate = os.path.join(gate_dir, 'gate')
         env = dict(env, TRAIN_TEST_GATE='%d:%s' % (hold, self.gate))
-        base = cluster_run_flags(data, model_dir, max_iter) + [
+        chief_env = env if not save_hold else dict(
+            {k: v for k, v in env.items() if k != 'TRAIN_TEST_GATE'},
+            TRAIN_TEST_SAVE_GATE='%d:%s' % (save_hold, self.gate))
+        base = cluster_run_flags(data, model_dir, max_iter, snapshot) + [
             '--worker_num=%d' % workers, '--worker_hosts=' + ','.join(addresses[:workers])
         ] + list(extra)
         if ps:
@@ -123,7 +127,8 @@ class Job(object):
                                                  env, restart)
         for k in range(workers):
             name = 'chief:0' if k == 0 else 'worker:%d' % (k - 1)
-            self.tasks[name] = Supervisor(name, base + ['--worker_id=%d' % k], env, restart)
+            self.tasks[name] = Supervisor(name, base + ['--worker_id=%d' % k],
+                                          chief_env if k == 0 else env, restart)
 
     def release(self):
         open(self.gate, 'w').close()
@@ -143,36 +148,60 @@ def saved_steps(model_dir):
                                             for f in os.listdir(model_dir)) if m)
 
 
+def stopped(pid):
+    """Waits until the kernel shows the process stopped (the signal is asynchronous)."""
+    while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'T':
+        time.sleep(0.01)
+
+
 def held(task):
     return task.line_matching(r'test gate: holding before local step')
+
+
+def held_in_save(task):
+    return task.line_matching(r'test gate: holding before the checkpoint save')
+
+
+# A save case: the chief held before its first save of a global step >= SAVE_STEP, of
+# --snapshot=SAVE_STEP (the fault lands in that save).
+SAVE_STEP = 5
 
 
 class Case(object):
     """One lost-task case run to its end: a job of `mode` (collective: chief + 1 worker;
     ps: chief + 1 worker + 1 ps), `fault` (SIGKILL or SIGSTOP) sent to `target` once every
-    training task is held at its gate, then the gates opened. restart: the supervisors
+    training task is held at its gate (at='save': once the chief is held before its
+    checkpoint save of SAVE_STEP), then the gates opened. restart: the supervisors
     rerun retryable exits; a SIGSTOPped target is SIGKILLed (as a liveness probe would)
     once another task has exited, and so restarted too. Afterwards: exits[name] =
     [(seconds after the fault, status)], waiting_lines[name] = lines a task wrote after the
     fault up to its first exit, abort_lines[name] = those of them that are TensorFlow's report
     of the all-reduces in flight (all_reduces[name] = the all-reduces its first run logged
-    building its graph), checkpoints = the global steps saved, lines = every line."""
+    building its graph), checkpoints = the global steps saved, restored[name] = the
+    checkpoints each run of a task restored, lines = every line."""
 
     def __init__(self, data, root, mode, fault, target, restart, max_iter, peer_timeout=10,
-                 bound=600):
+                 bound=600, at='step'):
         model_dir = os.path.join(root, 'model')
         self.max_iter, self.model_dir = max_iter, model_dir
         job = Job(data, model_dir, root, max_iter, ps=1 if mode == 'ps' else 0,
                   hold=7 if mode == 'collective' else 3, restart=restart,
-                  extra=[] if peer_timeout is None else ['--peer_timeout=%d' % peer_timeout])
+                  extra=[] if peer_timeout is None else ['--peer_timeout=%d' % peer_timeout],
+                  save_hold=SAVE_STEP if at == 'save' else None,
+                  snapshot=SAVE_STEP if at == 'save' else 100)
         victim = job.tasks[target]
         try:
             trainers = [t for n, t in job.tasks.items() if not n.startswith('ps')]
+            if at == 'save':  # a collective worker waits for the chief in its step 6
+                assert job.tasks['chief:0'].wait_for(held_in_save, bound), job.text()
+                trainers = trainers[1:] if mode == 'ps' else []
             assert all(t.wait_for(held, bound) for t in trainers), job.text()
             others = [t for t in job.tasks.values() if t is not victim]
             pid = victim.process.pid
             os.kill(pid, signal.SIGKILL if fault == 'kill' else signal.SIGSTOP)
             start = time.monotonic()
+            if fault == 'stop':
+                stopped(pid)
             job.release()
             self.saved_at_fault = saved_steps(model_dir)
             self.step_at_fault = max([int(m.group(1)) for t in job.tasks.values()
@@ -209,6 +238,10 @@ class Case(object):
                             for n, task in job.tasks.items()}
         self.errors = {n: [line for _, _, line in task.lines if line.startswith('train.py:')]
                        for n, task in job.tasks.items()}
+        self.restored = {n: [(k, m.group(1)) for _, k, line in task.lines
+                             for m in [re.search(r'Restoring parameters from .*?([^/]+)$',
+                                                 line)] if m]
+                         for n, task in job.tasks.items()}
         self.checkpoints = saved_steps(model_dir)
         self.text = job.text()
 
@@ -277,11 +310,14 @@ def table_row(case, mode, fault, target, restart):
 
 def main(argv):
     """python tests/cluster_job.py [collective|ps] [--peer_timeout S|none] [--bound S]
-    [--case fault,target,restart ...]: runs the lost-task cases and prints the table."""
+    [--at step|save] [--case fault,target,restart ...]: runs the lost-task cases and prints
+    the table."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument('modes', nargs='*', default=['collective', 'ps'])
     parser.add_argument('--peer_timeout', default='10')
     parser.add_argument('--bound', type=float, default=600)
+    parser.add_argument('--at', choices=('step', 'save'), default='step',
+                        help='the fault lands in a step or in the chief\'s checkpoint save')
     parser.add_argument('--case', action='append', default=[],
                         help='fault,target,restart e.g. kill,worker:0,1 (default: all)')
     args = parser.parse_args(argv)
@@ -300,7 +336,7 @@ def main(argv):
             work = tempfile.mkdtemp(dir=root)
             case = Case(data, work, mode, fault, target, restart,
                         max_iter=12 if mode == 'collective' else 30, peer_timeout=timeout,
-                        bound=args.bound)
+                        bound=args.bound, at=args.at)
             print(table_row(case, mode, fault, target, restart), flush=True)
             shutil.rmtree(work, ignore_errors=True)
 

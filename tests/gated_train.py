@@ -7,6 +7,12 @@ the process holds before its own N-th step (in --mode=eval: batch) until PATH ex
 k < N thereby knows that work is left, whatever the machine's speed; it creates PATH to let
 the run finish.
 
+    TRAIN_TEST_SAVE_GATE=N:PATH python tests/gated_train.py <train.py flags>
+
+holds before the first checkpoint save of a global step >= N (before the save's first
+run) until PATH exists: a test that stops or kills a peer then knows that the save is left
+to run, whatever the machine's speed.
+
     TRAIN_TEST_RUNS=PATH python tests/gated_train.py <train.py flags>
 
 counts every tf.Session.run of the process (helpers.RunCounter) and writes to PATH, as a
@@ -25,8 +31,10 @@ import tensorflow.compat.v1 as tf
 from tensorflow.python.client import session as session_lib
 
 from helpers import RunCounter
+from mlimages.run import hooks
 
 GATE_ENV = 'TRAIN_TEST_GATE'
+SAVE_GATE_ENV = 'TRAIN_TEST_SAVE_GATE'
 RUNS_ENV = 'TRAIN_TEST_RUNS'
 
 
@@ -43,6 +51,23 @@ class GateHook(tf.train.SessionRunHook):
                             self._step, self._path)
             while not os.path.exists(self._path):
                 time.sleep(0.05)
+
+
+def hold_before_save(step, path):
+    """Makes the product's saver hold before its first save of a global step >= `step`
+    until `path` exists (this process only)."""
+    save = hooks.CheckpointSaverHook._save
+    held = []
+
+    def gated_save(self, session, global_step):
+        if global_step >= step and not held:
+            held.append(global_step)
+            tf.logging.info('test gate: holding before the checkpoint save of global step '
+                            '%d until %s exists', global_step, path)
+            while not os.path.exists(path):
+                time.sleep(0.05)
+        return save(self, session, global_step)
+    hooks.CheckpointSaverHook._save = gated_save
 
 
 class WrittenRunCounter(RunCounter):
@@ -66,6 +91,10 @@ def hooks_from_environment():
     if value:
         step, path = value.split(':', 1)
         found.append(GateHook(int(step), path))
+    value = os.environ.get(SAVE_GATE_ENV)
+    if value:
+        step, path = value.split(':', 1)
+        hold_before_save(int(step), path)
     return found
 
 

@@ -1,6 +1,8 @@
 """hooks.py: the interval log line (images/s, the job's rate, the ETA from the job's rate)
 the step a failure is reported at and the stop at the last global step, with a fake clock
 and a real session; a step is one session.run."""
+import contextlib
+import os
 import re
 
 import pytest
@@ -227,3 +229,90 @@ def test_a_run_resumed_after_the_span_traces_nothing(monkeypatch):
     assert calls == []
     assert lines == ['--profile_steps=2,4: training resumes at global step 9, past them: '
                      'nothing traced']
+
+
+class RecordingWatch(object):
+    """A stand-in for peers.Watch: what the hooks tell it, and at each end of a named wait
+    whether the checkpoint's index and the state file naming it exist yet."""
+
+    def __init__(self, model_dir):
+        self.events, self._model_dir = [], model_dir
+
+    def start(self):
+        pass
+
+    def waiting(self):
+        self.events.append('waiting')
+
+    def stepped(self, step):
+        self.events.append('stepped %d' % step)
+
+    @contextlib.contextmanager
+    def waiting_in(self, what):
+        self.events.append('in ' + what)
+        yield
+        latest = tf.train.latest_checkpoint(self._model_dir)
+        self.events.append('left (index %s, state file names %s)' % (
+            sorted(f for f in os.listdir(self._model_dir) if f.endswith('.index')),
+            latest and os.path.basename(latest)))
+
+
+@pytest.mark.parametrize('saver_first', [False, True])
+def test_every_run_of_a_save_is_a_named_wait_whatever_the_hook_order(tmp_path, saver_first):
+    """The saver's runs (its start, every --snapshot steps, the end) are waits on the job
+    named to the watch, before or after the watch's own hook; only the runs: the state file
+    names a checkpoint after the run that wrote its index, outside the wait."""
+    model_dir = str(tmp_path)
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        advance = tf.assign_add(step, 1)
+        hooks.publish_step_after(advance)
+        watch = RecordingWatch(model_dir)
+        tracker = hooks.StepTracker()
+        saver = hooks.CheckpointSaverHook(model_dir, watch=watch, save_steps=2)
+        own = [tracker, hooks.PeerWatchHook(watch, tracker)]
+        with tf.train.MonitoredSession(hooks=[saver] + own if saver_first else own + [saver]) \
+                as session:
+            for _ in range(3):
+                session.run(advance)
+    events = watch.events
+    save_2 = events.index('in the checkpoint save at global step 2')
+    assert events[save_2 + 1] == ("left (index ['model.ckpt-0.index', 'model.ckpt-2.index'], "
+                                  "state file names model.ckpt-0)")
+    assert events[save_2 - 1 if saver_first else save_2 - 2] == 'waiting'
+    assert ('stepped 2' in events[:save_2]) != saver_first
+    assert events[:2] == ['waiting', "in the checkpoint saver's start"]
+    assert events[-4:] == ['in the checkpoint save at the end of training',
+                           "left (index ['model.ckpt-0.index', 'model.ckpt-2.index'], state "
+                           "file names model.ckpt-2)",
+                           'in the checkpoint save at global step 3',
+                           "left (index ['model.ckpt-0.index', 'model.ckpt-2.index', "
+                           "'model.ckpt-3.index'], state file names model.ckpt-2)"]
+
+
+class ReadAfterTheStep(tf.train.SessionRunHook):
+    """What TensorFlow's StopAtStepHook does after the last step: one more read of the
+    global step (from the ps tasks in a ps job), noted among the watch's events."""
+
+    def __init__(self, events):
+        self._events = events
+
+    def after_run(self, run_context, run_values):
+        self._events.append('read %d' % run_context.session.run(tf.train.get_global_step()))
+
+
+def test_in_a_ps_job_the_reads_after_the_last_step_are_a_wait_until_the_session_ends(tmp_path):
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        advance = tf.assign_add(step, 1)
+        hooks.publish_step_after(advance)
+        watch = RecordingWatch(str(tmp_path))
+        tracker = hooks.StepTracker()
+        run_hooks = [tracker, hooks.PeerWatchHook(watch, tracker, last_step=2),
+                     hooks.StopAtGlobalStepHook(2), ReadAfterTheStep(watch.events)]
+        with tf.train.MonitoredSession(hooks=run_hooks) as session:
+            while not session.should_stop():
+                session.run(advance)
+    assert watch.events == ['waiting', 'waiting', 'stepped 1', 'read 1', 'waiting',
+                            'stepped 2', 'in the end of training at global step 2', 'read 2',
+                            'left (index [], state file names None)']

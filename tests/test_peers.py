@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ import cluster_job
 from helpers import ENV, ROOT
 from mlimages.distributed import ports
 from mlimages.distributed import peers
+from mlimages.run import checkpoints
 
 SERVER = '''
 import sys
@@ -38,17 +38,11 @@ def server():
     child.wait()
 
 
-def stopped(pid):
-    """Waits until the kernel shows the process stopped (the signal is asynchronous)."""
-    while open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'T':
-        time.sleep(0.01)
-
-
 def test_the_probe_tells_a_live_a_stopped_and_a_gone_server_apart(server):
     child, address = server
     assert peers.answer(address) == peers.ANSWERS
     child.send_signal(signal.SIGSTOP)
-    stopped(child.pid)
+    cluster_job.stopped(child.pid)
     # The kernel completes the TCP handshake of a stopped process; only gRPC answers.
     assert peers.answer(address, timeout=1.0) == peers.SILENT
     child.send_signal(signal.SIGCONT)
@@ -216,6 +210,58 @@ def test_a_long_step_with_every_peer_answering_is_reported_not_ended():
     assert len(s.logged) <= 500 / 60 + 1
 
 
+def test_a_wait_after_the_step_is_probed_and_named_in_the_lines():
+    """A checkpoint save after the step completed (its hook after the watch's): probed
+    after a tick, a line a minute naming it, the end after the timeout naming it."""
+    s = Script()
+    watch = s.watch(timeout=60)
+    watch.waiting()
+    watch.stepped(5)
+    with watch.waiting_in('the checkpoint save at global step 5'):
+        s.states['h:1'] = peers.SILENT
+        assert watch.check() is None and s.probed == []  # not a tick yet
+        for _ in range(int(59 / peers.TICK_SECONDS) + 1):
+            s.now += peers.TICK_SECONDS
+            assert watch.check() is None
+        assert s.logged[0].startswith('waiting in the checkpoint save at global step 5 for '
+                                      '5 s: worker:0 at h:1 does not answer for 0 s'), s.logged
+        s.now += 2 * peers.TICK_SECONDS
+        line = watch.check()
+    assert s.ended == [line]
+    assert line.startswith('worker:0 at h:1 stopped answering (no answer for 6'), line
+    assert ' in the checkpoint save at global step 5; exiting with status 200 (retryable)' \
+        in line, line
+
+
+def test_a_wait_inside_the_step_names_the_innermost_and_leaving_it_starts_afresh():
+    s = Script()
+    watch = s.watch(timeout=60)
+    watch.waiting()  # a ps chief: its saver's hook runs before the watch's
+    with watch.waiting_in('the checkpoint save at global step 5'):
+        s.states['h:1'] = peers.SILENT
+        s.now += peers.TICK_SECONDS
+        watch.check()
+        assert s.logged[-1].startswith('waiting in the checkpoint save at global step 5 '), \
+            s.logged
+    s.states['h:1'] = peers.ANSWERS
+    watch.stepped(5)
+    watch.gone('worker:0')
+    assert watch.check() is None  # its own work: not a wait
+    with watch.waiting_in('the checkpoint save at the end of training'):
+        line = watch.check()
+    assert line.startswith('worker:0 at h:1 ended (its connection closed') and \
+        ' in the checkpoint save at the end of training; ' in line, line
+
+
+def test_a_stopped_watch_ends_nothing():
+    s = Script()
+    watch = s.watch()
+    watch.gone('worker:0')
+    watch.stop()
+    with watch.waiting_in('the checkpoint save at global step 5'):
+        assert watch.check() is None and s.ended == []
+
+
 @pytest.mark.parametrize('me,distribution,watched', [
     ('chief:0', 'collective', ['worker:0', 'worker:1']),
     ('worker:1', 'collective', ['chief:0', 'worker:0']),
@@ -248,3 +294,36 @@ def test_a_collective_job_ends_every_task_when_one_is_lost_and_its_rerun_ends_at
     cluster_job.check_case(case, target, restart, [other])
     how = 'ended (its connection closed' if fault == 'kill' else 'stopped answering'
     assert how in case.errors[other][0], case.errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('fault,restart', [
+    pytest.param('stop', False, id='stop-worker:0-not-restarted'),
+    pytest.param('stop', True, marks=pytest.mark.matrix, id='stop-worker:0-restarted'),
+    pytest.param('kill', False, marks=pytest.mark.matrix, id='kill-worker:0-not-restarted')])
+def test_a_worker_lost_while_the_chief_saves_ends_it_and_the_rerun_resumes_from_a_complete_one(
+        dataset, tmp_path, fault, restart):
+    """The chief held before its checkpoint save of global step 5 (a save waits for every
+    worker in a collective job), the worker SIGSTOPped or SIGKILLed, the save let go: the
+    chief ends with status 200 naming the save -- after --peer_timeout=10 plus a tick or two
+    for a stopped worker (the bound allows a loaded machine), at once for a killed one. The
+    cut save leaves the `checkpoint` file naming step 0's complete checkpoint; rerun (-m
+    matrix), the chief restores it and the job ends at --max_iter."""
+    case = cluster_job.Case(dataset, str(tmp_path), 'collective', fault, 'worker:0', restart,
+                            max_iter=12, at='save')
+    case.final_steps = (12,)
+    cluster_job.check_case(case, 'worker:0', restart, ['chief:0'])
+    seconds, _ = case.exits['chief:0'][0]
+    line = case.errors['chief:0'][0]
+    assert ' in the checkpoint save at global step %d; ' % cluster_job.SAVE_STEP in line, line
+    if fault == 'stop':
+        assert 'stopped answering' in line and seconds < 10 + 60, (seconds, case.text)
+    else:
+        assert 'ended (its connection closed' in line, line
+    if restart:
+        assert [c for k, c in case.restored['chief:0'] if k == 2] == ['model.ckpt-0'], (
+            case.restored, case.text)
+    else:
+        named, problem = checkpoints.state_checkpoint(case.model_dir)
+        assert problem is None and named.endswith('model.ckpt-0'), (named, problem)
+        assert checkpoints.damage(named) is None

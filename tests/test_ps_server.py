@@ -1,6 +1,7 @@
 """ps_server.py: a real ps server in this process takes the training tasks' reports
 through its queue and ends once the chief has reported and every other worker has
 reported or no longer answers."""
+import re
 import threading
 
 import pytest
@@ -108,3 +109,26 @@ def test_a_ps_job_ends_every_task_when_one_is_lost_and_its_rerun_ends_at_max_ite
     case.final_steps = (30, 31)
     lost = [] if restart and fault == 'kill' else LOST_BY[target]
     cluster_job.check_case(case, target, restart, lost)
+
+
+@pytest.mark.slow
+@pytest.mark.matrix
+def test_a_ps_task_lost_while_the_chief_saves_ends_it_and_the_rerun_resumes(dataset, tmp_path):
+    """The chief held before its checkpoint save of a global step >= 5 (a save reads the
+    ps tasks' variables), the worker before its 3rd step, the ps SIGSTOPped, the gates
+    opened: the chief ends with status 200 naming the save, after --peer_timeout=10 plus a
+    tick or two (the bound allows a loaded machine), the worker too; rerun (the ps killed and
+    restarted), the chief restores step 0's complete checkpoint and the job ends at
+    --max_iter."""
+    case = cluster_job.Case(dataset, str(tmp_path), 'ps', 'stop', 'ps:0', True, max_iter=30,
+                            at='save')
+    case.final_steps = (30, 31)
+    cluster_job.check_case(case, 'ps:0', True, LOST_BY['ps:0'])
+    seconds, _ = case.exits['chief:0'][0]
+    line = case.errors['chief:0'][0]
+    # (a stopped ps's listen queue may also refuse: either is no answer)
+    assert re.search(r' (stopped answering|refused connections) .* in the checkpoint save at '
+                     r'global step \d+; ', line), line
+    assert seconds < 10 + 60, (seconds, case.text)
+    assert [c for k, c in case.restored['chief:0'] if k == 2] == ['model.ckpt-0'], (
+        case.restored, case.text)

@@ -19,19 +19,27 @@ also holds one such connection to each peer (`Link`): it closes when the peer's 
 ends, so a peer that died is seen at once, even when it is already restarted on its port
 (its old collective state is what the others still hold).
 
-The rule (`Watch`), while this task waits for the job (in a step, or for its session):
+The rule (`Watch`), while this task waits for the job -- in a step, for its session, or in
+any other run that reads the ps tasks' variables or runs collective ops, named by a
+`waiting_in` context (a checkpoint save: in a collective job it waits for every worker, in
+a ps job it reads the ps tasks):
 
     a peer is lost  = collective: its held connection closed (killed, crashed, restarted):
                       the survivors cannot go on with it, every task must restart
                     or it has refused or not answered every probe for --peer_timeout
-                      seconds (probed every TICK_SECONDS once the step has lasted a
+                      seconds (probed every TICK_SECONDS once the wait has lasted a
                       tick; a peer that never comes up at the start of a job included)
 
-A lost peer ends this task: one line naming it, exit status PEER_LOST_STATUS (200,
-retryable: 128-255); the chief's last checkpoint is where the rerun resumes. While it waits
-the task writes one line a minute at most. 0 for --peer_timeout waits forever for a silent
-peer (TensorFlow's behaviour) but still ends on a closed connection.
+A lost peer ends this task: one line naming it and what this task waited in, exit status
+PEER_LOST_STATUS (200, retryable: 128-255); the chief's last checkpoint is where the rerun
+resumes (a save cut by the exit is never named by the `checkpoint` file: TensorFlow writes
+it after the checkpoint's files). While it waits the task writes one line a minute at most.
+0 for --peer_timeout waits forever for a silent peer (TensorFlow's behaviour) but still
+ends on a closed connection. An evaluation (an evaluator task's; --mode=train_and_eval
+runs in no cluster) and --export_dir's export read checkpoint files in a local session:
+they are no wait on the job.
 """
+import contextlib
 import os
 import select
 import socket
@@ -164,12 +172,13 @@ def for_task(plan, timeout, program, info, warn):
                  activity='serving the variables' if plan.task.type == 'ps' else None)
 
 
-def lost_line(name, address, state, step, waited, activity=None):
+def lost_line(name, address, state, step, waited, activity=None, within=None):
     """The one line of a task that ends because `name` was lost: its process ended (state
     'ended': the connection this task held closed), or it refused or did not answer
-    (REFUSED, SILENT) for `waited` s."""
-    after = ('while ' + activity if activity else 'after global step %s' % step
-             if step is not None else 'before the first step')
+    (REFUSED, SILENT) for `waited` s; within: the wait it ended in (Watch.waiting_in), else
+    the step after `step`."""
+    after = ('while ' + activity if activity else 'in ' + within if within else
+             'after global step %s' % step if step is not None else 'before the first step')
     how = {'ended': 'ended (its connection closed: killed or restarted; a synchronous job '
                     'cannot go on without it)',
            REFUSED: 'refused connections for %.0f s (gone, or never started)' % waited,
@@ -203,6 +212,7 @@ class Watch(object):
         self._log, self._lost, self._probe, self._clock = log, lost, probe, clock
         self._lock = threading.Lock()
         self._waiting_since = None  # in a step or session creation since then
+        self._waits = []            # [what, since] of the waiting_in contexts, innermost last
         self._step = None           # the global step after the last completed step
         self._durations = []        # of the recent steps, for the median
         self._failing = {}          # name -> (first failed probe time, state)
@@ -230,6 +240,29 @@ class Watch(object):
                 self._durations = (self._durations + [self._clock() - self._waiting_since])[-100:]
             self._waiting_since, self._step = None, global_step
             self._failing.clear()
+
+    @contextlib.contextmanager
+    def waiting_in(self, what):
+        """This task waits for the job in `what` ('the checkpoint save at global step 5'),
+        whatever the step's state: a run of the hooks after a step or at the end of the
+        session. Left normally, it answered: the count of failed probes starts afresh."""
+        entry = [what, self._clock()]
+        with self._lock:
+            self._waits.append(entry)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waits = [w for w in self._waits if w is not entry]
+        with self._lock:
+            self._failing.clear()
+
+    def _current(self):
+        """(what, since) of the innermost wait (what None: the step or the session), or
+        None while the task does its own work. Called with the lock held."""
+        if self._waits:
+            return tuple(self._waits[-1])
+        return None if self._waiting_since is None else (None, self._waiting_since)
 
     def stop(self):
         with self._lock:
@@ -294,20 +327,21 @@ class Watch(object):
         """One tick: ends the task on a lost peer (returns its line); probes the peers
         once this task has waited more than a tick; logs at most one line a minute."""
         with self._lock:
-            since, step, gone = self._waiting_since, self._step, dict(self._gone)
-        if since is None:
+            wait, step, gone = self._current(), self._step, dict(self._gone)
+        if wait is None or self._stop.is_set():
             return None
+        within, since = wait
         now = self._clock()
         for name in sorted(gone):
             line = lost_line(name, self.peers[name], 'ended', step, now - gone[name],
-                             self._activity)
+                             self._activity, within)
             self._lost(line)
             return line
         if now - since < TICK_SECONDS:
             return None
         states = {name: self._probe(address) for name, address in sorted(self.peers.items())}
         with self._lock:
-            if self._waiting_since != since:  # the step completed meanwhile
+            if self._current() != wait:  # the wait ended meanwhile
                 return None
             for name, state in states.items():
                 if state == ANSWERS:
@@ -318,19 +352,20 @@ class Watch(object):
         for name, (first, state) in sorted(failing.items()):
             if self.timeout and now - first >= self.timeout:
                 line = lost_line(name, self.peers[name], state, step, now - first,
-                                 self._activity)
+                                 self._activity, within)
                 self._lost(line)
                 return line
-        self._report(now, now - since, failing, step)
+        self._report(now, now - since, failing, step, within)
         return None
 
-    def _report(self, now, waited, failing, step):
+    def _report(self, now, waited, failing, step, within=None):
         if self._reported is not None and now - self._reported < REPORT_SECONDS:
             return
         if not failing and waited < REPORT_SECONDS:
             return
         self._reported = now
-        at = self._activity or ('waiting in global step %s' % (step + 1) if step is not None
+        at = self._activity or ('waiting in ' + within if within else
+                                'waiting in global step %s' % (step + 1) if step is not None
                                 else 'waiting in the first step')
         if failing:
             name, (first, state) = sorted(failing.items())[0]

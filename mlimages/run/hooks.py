@@ -27,6 +27,7 @@ step, to the ps tasks in a ps job.
 
 ProfileHook traces the steps of --profile_steps with TensorFlow's profiler.
 """
+import contextlib
 import glob
 import os
 import statistics
@@ -36,6 +37,8 @@ import tensorflow.compat.v1 as tf
 # tf.profiler.experimental of TF2, which compat.v1 does not name: it traces graph-mode
 # sessions too, as TensorBoard's Profile tab reads them (*.xplane.pb).
 from tensorflow.python.profiler import profiler_v2 as profiler
+from tensorflow.python.client import session as session_lib
+
 from mlimages.errors import RestartLoop
 
 SLOW_FACTOR = 10
@@ -180,10 +183,16 @@ class PeerWatchHook(tf.train.SessionRunHook):
     """Tells a peers.Watch when this task waits for the job (from the session's creation,
     and in each step) and when a step completed (the global step: the StepTracker's, which
     runs before this hook); the watch ends the task when a peer it cannot go on without is
-    lost."""
+    lost. The runs of the hooks after a step (a checkpoint save) are waits of their own
+    (WatchedSession), whatever the order of the hooks; the trainer stops the watch once
+    the session is closed. last_step: a ps job's --max_iter. After the step that reaches
+    it, TensorFlow's own stop hook reads the global step from the ps tasks once more: from
+    there to the session's end is a wait too. (Never in a collective job: a peer that has
+    finished may exit then, and that is no loss.)"""
 
-    def __init__(self, watch, tracker):
-        self._watch, self._tracker = watch, tracker
+    def __init__(self, watch, tracker, last_step=None):
+        self._watch, self._tracker, self._last_step = watch, tracker, last_step
+        self._ending = contextlib.ExitStack()
 
     def begin(self):
         self._watch.start()
@@ -193,10 +202,36 @@ class PeerWatchHook(tf.train.SessionRunHook):
         self._watch.waiting()
 
     def after_run(self, run_context, run_values):
-        self._watch.stepped(self._tracker.last_step)
+        step = self._tracker.last_step
+        self._watch.stepped(step)
+        if self._last_step is not None and step >= self._last_step:
+            self._ending.close()
+            self._ending.enter_context(self._watch.waiting_in(
+                'the end of training at global step %d' % step))
 
     def end(self, session):
-        self._watch.stop()
+        self._ending.close()
+
+
+class WatchedSession(session_lib.SessionInterface):
+    """`session` for a hook's runs outside the step (TensorFlow's saver): each run is a
+    wait on the job named `what` to the peers.Watch (Watch.waiting_in), so a peer lost
+    then ends the task as in a step."""
+
+    def __init__(self, session, watch, what):
+        self.unwatched, self._watch, self._what = session, watch, what
+
+    @property
+    def graph(self):
+        return self.unwatched.graph
+
+    @property
+    def sess_str(self):
+        return self.unwatched.sess_str
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        with self._watch.waiting_in(self._what):
+            return self.unwatched.run(fetches, feed_dict, options, run_metadata)
 
 
 class RestartLimitHook(tf.train.SessionRunHook):
@@ -249,7 +284,31 @@ class CheckpointSaverHook(tf.train.CheckpointSaverHook):
     """TensorFlow's checkpoint saver, deciding from the global step after the step
     (publish_step_after). TensorFlow's own assumes that a run may hold up to 1,000,000
     steps (its _steps_per_run, for TPU loops) and so re-reads the global step after every
-    step; this one saves at the same steps (every save_steps, and at the end) without."""
+    step; this one saves at the same steps (every save_steps, and at the end) without.
+    watch: the task's peers.Watch (None outside a cluster job): the runs of a save are
+    waits on the job (a collective save waits for every worker, a ps job's reads the ps
+    tasks). Only the runs: while this task writes the files, a collective peer that has
+    finished the job may exit, and that is no loss."""
+
+    def __init__(self, checkpoint_dir, watch=None, **kwargs):
+        super().__init__(checkpoint_dir, **kwargs)
+        self._watch = watch
+
+    def _watched(self, session, what):
+        if self._watch is None:
+            return session
+        return WatchedSession(getattr(session, 'unwatched', session), self._watch, what)
+
+    def after_create_session(self, session, coord):
+        super().after_create_session(self._watched(session, "the checkpoint saver's start"),
+                                     coord)
+
+    def end(self, session):
+        super().end(self._watched(session, 'the checkpoint save at the end of training'))
+
+    def _save(self, session, step):
+        return super()._save(
+            self._watched(session, 'the checkpoint save at global step %d' % step), step)
 
     def begin(self):
         super().begin()

@@ -74,8 +74,9 @@ Derived = collections.namedtuple('Derived', [
     'cpu_input_grad',          # resnet's forward-conv input gradients (config/cpu.py)
     'checkpoint_dir',          # where this task's saver writes: None = --model_dir
     'class_report',            # evaluation: the class_report.ClassReport, or None
+    'watch',                   # a cluster task's peers.Watch: its saves are waits on the job
 ], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False,
-             None, None))
+             None, None, None))
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -127,10 +128,11 @@ def saver_hook(output, derived, scaffold):
     """This task's checkpoint saver (hooks.CheckpointSaverHook, every --snapshot steps): the
     chief's, which the Estimator then takes for its own; in a collective job every
     worker's, since a save runs collective ops (make_estimator leaves TensorFlow's out):
-    the other workers' into derived.checkpoint_dir, without a graph nobody reads. output:
-    the flags.Output group."""
+    the other workers' into derived.checkpoint_dir, without a graph nobody reads; its saves
+    watched by derived.watch. output: the flags.Output group."""
     return hooks.CheckpointSaverHook(derived.checkpoint_dir or output.model_dir,
-                                     save_steps=output.snapshot, scaffold=scaffold,
+                                     watch=derived.watch, save_steps=output.snapshot,
+                                     scaffold=scaffold,
                                      save_graph_def=derived.checkpoint_dir is None)
 
 

@@ -129,8 +129,10 @@ def train(settings, flags_txt=None, extra_hooks=()):
     derived = estimator_lib.derived_values(
         settings, plan, log_fine_tuning(settings.finetune, settings.model.class_num,
                                         settings.output.model_dir, warm_start))
+    derived = derived._replace(watch=peers.for_task(
+        plan, settings.cluster.peer_timeout, PROGRAM, tf.logging.info, tf.logging.warning))
     estimator = estimator_lib.make_estimator(settings, derived, plan)
-    return train_with_hooks(estimator, settings, plan, chief, derived.legacy_counters,
+    return train_with_hooks(estimator, settings, plan, chief, derived,
                             (files, record_shard, val_files), extra_hooks)
 
 
@@ -238,20 +240,20 @@ def log_model(settings, memory_lines):
                         'warm-up)', settings.schedule.lr)
 
 
-def train_with_hooks(estimator, settings, plan, chief, legacy_counters, inputs, extra_hooks):
+def train_with_hooks(estimator, settings, plan, chief, derived, inputs, extra_hooks):
     """Trains with the session hooks of the task (training_session_hooks), a failure said
-    in one line (failure_error); a ps task serves instead. Returns the Estimator."""
-    output, max_iter = settings.output, settings.schedule.max_iter
+    in one line (failure_error); a ps task serves instead. derived: the model_fn.Derived
+    of the estimator (its peer watch, stopped once training returns). Returns the
+    Estimator."""
+    output, max_iter, watch = settings.output, settings.schedule.max_iter, derived.watch
     tracker = hooks.StepTracker()
     preempt = preemption.Preemption(PROGRAM)
     stop_hook = preemption.StopHook(preempt)
-    watch = peers.for_task(plan, settings.cluster.peer_timeout, PROGRAM, tf.logging.info,
-                           tf.logging.warning)
     run_hooks = training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hooks)
     span = flag_checks.profile_span(output.profile_steps)
     if span and chief:  # one trace of the job: the chief's steps
         run_hooks.append(hooks.ProfileHook(output.model_dir, *span, log=tf.logging.info))
-    if legacy_counters:
+    if derived.legacy_counters:
         tf.logging.info('%s holds a checkpoint of the original program: its loss counters '
                         'are read and written as %s', output.model_dir,
                         ' and '.join(sorted(checkpoints.LEGACY_COUNTER_NAMES.values())))
@@ -263,8 +265,12 @@ def train_with_hooks(estimator, settings, plan, chief, legacy_counters, inputs, 
             if plan.task is not None and plan.task.type == 'ps':
                 serve_ps(estimator, plan, watch)
                 return estimator
-            train_all(estimator, settings, plan, inputs, run_hooks, stop_hook,
-                      preempt.requested)
+            try:
+                train_all(estimator, settings, plan, inputs, run_hooks, stop_hook,
+                          preempt.requested)
+            finally:
+                if watch:  # after the session's end and its last save: no wait is left
+                    watch.stop()
     except (tf.errors.OpError, errors.RestartLoop, UnicodeDecodeError) as e:
         if chief and isinstance(e, tf.errors.OpError):  # a failed save's model.ckpt-N_temp/
             run_dirs.remove_leftovers(output.model_dir)
@@ -282,10 +288,12 @@ def training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hook
     """The SessionRunHooks of every training session: the step tracker, the peer watch,
     the restart limit, the stop on a signal, the extra ones, a ps job's stop at
     --max_iter."""
-    run_hooks = [tracker] + ([hooks.PeerWatchHook(watch, tracker)] if watch else []) + [
-        hooks.RestartLimitHook(), stop_hook] + list(extra_hooks)
-    if plan.distribution == 'ps' and max_iter > 0:
-        run_hooks.append(hooks.StopAtGlobalStepHook(max_iter))
+    ps_last = max_iter if plan.distribution == 'ps' and max_iter > 0 else None
+    watching = [hooks.PeerWatchHook(watch, tracker, ps_last)] if watch else []
+    run_hooks = [tracker] + watching + [hooks.RestartLimitHook(), stop_hook] + list(
+        extra_hooks)
+    if ps_last:
+        run_hooks.append(hooks.StopAtGlobalStepHook(ps_last))
     return run_hooks
 
 
