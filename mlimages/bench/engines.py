@@ -79,10 +79,11 @@ def skip_reason(engine, dtype):
 def random_checkpoint(model, directory):
     """A checkpoint of the model group's network with its initial (random) weights."""
     tf = lazy_tensorflow.tensorflow()
+    from mlimages.distributed import devices
     from mlimages.inference import serving
     with tf.Graph().as_default():
         serving.build_float_network(model, 'channels_last')
-        with tf.Session() as session:
+        with tf.Session(config=devices.session_config()) as session:
             session.run(tf.global_variables_initializer())
             return tf.train.Saver().save(session, os.path.join(directory, 'model.ckpt'))
 

@@ -78,6 +78,7 @@ def main(args):
     """The measurement (module docstring); returns the exit status."""
     import tensorflow.compat.v1 as tf
     from mlimages.data import class_names
+    from mlimages.distributed import devices
     from mlimages.model import metrics
     from mlimages.run import class_report
     classes = args.rc_classes
@@ -93,7 +94,7 @@ def main(args):
         hook = report.hook(per_class)
         hook.begin()
         variables = {v.op.name.split('/')[-1]: v for v in tf.local_variables()}
-        with tf.Session() as session:
+        with tf.Session(config=devices.session_config()) as session:
             session.run(tf.local_variables_initializer())
             variables['positive_histogram'].load(pos.reshape(-1), session)
             variables['valid_histogram'].load((pos + neg).reshape(-1), session)
