@@ -23,10 +23,9 @@ import re
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import image_preprocess
 from mlimages.config import interpreter
 from mlimages.distributed import devices
-from mlimages.errors import UsageError, op_error_text
+from mlimages.errors import UsageError
 from mlimages.inference import onnx_export, saved_models, serving
 from mlimages.inference.inference_io import DEFAULT_TOP_K
 
@@ -101,7 +100,7 @@ def saved_model_preprocess(export_dir):
     return found.group(1), int(found.group(2))
 
 
-class OpenVinoPredictor(object):
+class OpenVinoPredictor(serving.DecodeCheck):
     """serving.Predictor's interface on an OpenVINO model of the float network. Build it
     with from_checkpoint or from_saved_model; dtype fp32 or bf16 (PRECISION_HINTS)."""
 
@@ -129,8 +128,7 @@ class OpenVinoPredictor(object):
             self._encoded = tf.placeholder(tf.string, [None])
             self._decoded = serving.decoded_batch(self._encoded, image_size, preprocess)
             # Decoding alone, to tell why an image was dropped.
-            self._one = tf.placeholder(tf.string, [])
-            self._decoded_shape = tf.shape(image_preprocess.decode_image(self._one))
+            self._add_decode_check()
         self.session = tf.Session(graph=graph, config=devices.session_config())
 
     @classmethod
@@ -179,17 +177,6 @@ class OpenVinoPredictor(object):
         """{FLOAT_OUTPUT_KEYS: array} of network inputs [M, S, S, 3] (float32)."""
         done = self._request.infer({0: np.ascontiguousarray(images, np.float32)})
         return {key: np.array(done[port], np.float32) for key, port in self._outputs.items()}
-
-    def decode_error(self, encoded_image):
-        """Why encoded_image cannot be decoded, or None when it can."""
-        try:
-            self.session.run(self._decoded_shape, {self._one: encoded_image})
-        except tf.errors.OpError as e:
-            return op_error_text(e)
-        return None
-
-    def close(self):
-        self.session.close()
 
 
 def read_onnx(ov, path, image_size):

@@ -197,7 +197,28 @@ def restore(session, checkpoint_path):
 
 # ---------------------------------------------------------------------------- prediction
 
-class Predictor(object):
+class DecodeCheck(object):
+    """Why one image does not decode, for a predictor whose `session` runs its decoding
+    (serving's Predictor, the OpenVINO engine's); and closing that session."""
+
+    def _add_decode_check(self):
+        """Adds the decoding alone to the default graph: call inside the session's."""
+        self._one = tf.placeholder(tf.string, [])
+        self._decoded_shape = tf.shape(image_preprocess.decode_image(self._one))
+
+    def decode_error(self, encoded_image):
+        """Why encoded_image cannot be decoded, or None when it can."""
+        try:
+            self.session.run(self._decoded_shape, {self._one: encoded_image})
+        except tf.errors.OpError as e:
+            return op_error_text(e)
+        return None
+
+    def close(self):
+        self.session.close()
+
+
+class Predictor(DecodeCheck):
     """The inference graph in a session; `run(encoded_images)` -> {output: array [N, ...]}.
 
     Build it with `from_checkpoint` or `from_saved_model`; both give OUTPUT_KEYS, and
@@ -221,8 +242,7 @@ class Predictor(object):
         self.feature_dim = tf.compat.dimension_value(outputs['features'].shape[-1])
         with session.graph.as_default():
             # Decoding alone, to tell which image of a failed batch is undecodable.
-            self._one = tf.placeholder(tf.string, [])
-            self._decoded_shape = tf.shape(image_preprocess.decode_image(self._one))
+            self._add_decode_check()
 
     @classmethod
     def from_checkpoint(cls, checkpoint_path, model, data_format, top_k=DEFAULT_TOP_K,
@@ -278,16 +298,6 @@ class Predictor(object):
             fetches['valid'] = self._outputs['valid']
         return self.session.run(fetches, {self._encoded: list(encoded_images)})
 
-    def decode_error(self, encoded_image):
-        """Why encoded_image cannot be decoded, or None when it can."""
-        try:
-            self.session.run(self._decoded_shape, {self._one: encoded_image})
-        except tf.errors.OpError as e:
-            return op_error_text(e)
-        return None
-
-    def close(self):
-        self.session.close()
 
 
 def load_predictor(checkpoint=None, saved_model=None, model=None, resnet_size=None,
