@@ -67,7 +67,7 @@ def choose_devices(settings):
     inter_op, intra_op, private = devices.share_threads(
         devices.cpu_share(), chosen.inter_op_threads or inter_op, chosen.intra_op_threads,
         settings.data.private_threads or private)
-    chosen = chosen._replace(inter_op_threads=inter_op, intra_op_threads=intra_op)
+    chosen = chosen.replace(inter_op_threads=inter_op, intra_op_threads=intra_op)
     # Without a GPU there is nothing to say (training's first lines count the GPUs seen).
     if devices.gpu_count() or chosen.tf_gpu_thread_mode in ('gpu_private', 'gpu_shared'):
         tf.logging.info('devices: %s; inter-op threads %s, input private threads %s', ', '.join(
@@ -78,8 +78,8 @@ def choose_devices(settings):
             gpu_env.build_capabilities(), gpu_env.device_capabilities(), os.environ)
         if line:
             tf.logging.warning('%s', line)
-    return settings._replace(devices=chosen,
-                             data=settings.data._replace(private_threads=private))
+    return settings.replace(devices=chosen,
+                             data=settings.data.replace(private_threads=private))
 
 
 def resolve_dtype(settings):
@@ -89,7 +89,7 @@ def resolve_dtype(settings):
     if settings.model.dtype != 'auto':
         return settings
     tf.logging.info('dtype %s (--dtype=%s)', choice.value, choice.reason)
-    return settings._replace(model=settings.model._replace(dtype=choice.value))
+    return settings.replace(model=settings.model.replace(dtype=choice.value))
 
 
 def start_cluster(task, cluster, num_gpus, model_dir):
@@ -106,16 +106,15 @@ def start_cluster(task, cluster, num_gpus, model_dir):
                                       create=False)
 
 
-def validate(settings):
-    """Checks everything that can be checked before a graph exists: every flag's value
-    (flag_checks.validate), then what the values name (the hierarchy file, the export
-    directory, the CPU's kernels); raises UsageError. Reads every group."""
+def check(settings):
+    """Checks the settings the run will use, once, before anything acts on them: every
+    flag's value and the rules across flags (flag_checks.validate), then the files they
+    name (the export directory, the hierarchy); raises UsageError."""
     flag_checks.validate(settings)
     if settings.task.export_dir:
         saved_models.check_export_dir(settings.task.export_dir)
     if settings.evaluation.hierarchy:  # a bad file is a UsageError
         estimator.leaf_mask(settings.evaluation.hierarchy, settings.model.class_num)
-    check_cpu_kernels(settings.model.dtype, settings.devices)
 
 
 def check_inference_dtype(dtype):
@@ -175,7 +174,6 @@ def inference_checkpoint(checkpoint_path, model_dir):
 
 def predict(settings):
     """--mode=predict: tools/predict.py's TSV for the images of --piclist, on stdout."""
-    validate(settings)
     inference, model = settings.inference, settings.model
     images = inference_io.collect_images(list_file=inference.piclist)
     predictor = serving.load_predictor(
@@ -217,7 +215,6 @@ def threshold_and_file(threshold, checkpoint_path, class_num):
 def export(settings, checkpoint_path=None):
     """--mode=export, or --export_dir after training: export.py's SavedModel of the
     checkpoint (default: --checkpoint_path, else the latest in --model_dir)."""
-    validate(settings)
     inference, model = settings.inference, settings.model
     checkpoint_path = checkpoint_path or inference_checkpoint(settings.task.checkpoint_path,
                                                               settings.output.model_dir)
@@ -271,37 +268,48 @@ def main(argv, extra_hooks=()):
         sys.exit(status)
 
 
+def settled(settings):
+    """The Settings the mode runs with: --demo's (demo.demo_settings); --mode=eval,
+    predict and export: the network's of the flags.txt beside the checkpoint
+    (trained_settings); the command line's otherwise."""
+    if settings.task.demo:
+        from mlimages import demo  # the record builders load for --demo only
+        return demo.demo_settings(settings, flags_lib.given())
+    if settings.task.mode in ('eval', 'predict', 'export'):
+        return trained_settings(settings)
+    return settings
+
+
 def dispatch(settings, extra_hooks):
-    """The mode of the Settings: --demo, eval, predict, export, or training (train,
-    train_and_eval), then --export_dir's SavedModel."""
-    flag_checks.validate(settings)
+    """Settles the Settings, checks them once, starts the cluster and chooses the devices,
+    then runs the mode: --demo, eval, predict, export, or training (train,
+    train_and_eval) and --export_dir's SavedModel after it."""
+    if settings.task.mode in ('eval', 'predict') and not settings.task.demo:
+        check_inference_dtype(settings.model.dtype)  # before the checkpoint is looked for
+    settings = settled(settings)
+    check(settings)
     # TF_CONFIG from Slurm or the host flags, before it is read
     start_cluster(settings.task, settings.cluster, settings.devices.num_gpus,
                   settings.output.model_dir)
     settings = resolve_dtype(choose_devices(settings))
+    check_cpu_kernels(settings.model.dtype, settings.devices)
     mode = settings.task.mode
     if settings.task.demo:
-        from mlimages import demo  # the record builders load for --demo only
-        settings = demo.prepare(settings, flags_lib.given())
-        validate(settings)
+        from mlimages import demo
+        demo.make_dataset(os.path.abspath(settings.task.demo_dir))
         demo.report(settings, training.train(settings, flags_txt(settings), extra_hooks))
     elif mode == 'eval':
-        check_inference_dtype(settings.model.dtype)
-        settings = trained_settings(settings)
-        validate(settings)
         check_eval_model(settings.task.checkpoint_path, settings.output.model_dir,
                          settings.model)
         evaluation.evaluate(settings, run_hooks=extra_hooks)
         return
     elif mode == 'predict':
-        check_inference_dtype(settings.model.dtype)
-        predict(trained_settings(settings))
+        predict(settings)
         return
     elif mode == 'export':
-        export(trained_settings(settings))
+        export(settings)
         return
     else:
-        validate(settings)
         training.train(settings, flags_txt(settings), extra_hooks)
     if settings.task.export_dir:
         export(settings, checkpoints.latest_checkpoint(settings.output.model_dir))

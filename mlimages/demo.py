@@ -33,6 +33,8 @@ SHAPES = ['circle', 'square', 'triangle', 'cross']
 COLOURS = {'red': (235, 35, 35), 'cyan': (30, 220, 220), 'white': (245, 245, 245)}
 CLASSES = ['%s %s' % (colour, shape) for shape in SHAPES for colour in COLOURS]
 IMAGE_PIXELS = 64
+# The data directory under --demo_dir: the images' shards.
+DATA = 'data'
 
 # Demo training settings; any of them given on the command line wins.
 SETTINGS = {
@@ -93,8 +95,9 @@ def make_image(rng):
 
 
 def make_dataset(demo_dir, seed=0):
-    """Writes the JPEGs and image lists, then the shards; returns the data_dir."""
-    data_dir = os.path.join(demo_dir, 'data')
+    """Writes the JPEGs and image lists, then the shards, under demo_dir (made if need be);
+    returns the data_dir, demo_dir/data."""
+    data_dir = os.path.join(demo_dir, DATA)
     if (glob.glob(os.path.join(data_dir, 'train', '*.tfrecords'))
             and glob.glob(os.path.join(data_dir, 'val', '*.tfrecords'))):
         print('demo: using the existing dataset in %s' % data_dir)
@@ -156,14 +159,13 @@ def label_frequency_baseline(data_dir, threshold=0.7):
     return float(frequency[frequency > 0].mean()), float(frequency.max())
 
 
-def prepare(settings, given):
+def demo_settings(settings, given):
     """The demo's Settings from the command line's (given: the names of the flags given on
-    the command line, which win over SETTINGS): builds the data if needed and puts the
-    model and log directories under --demo_dir unless given."""
+    the command line, which win over SETTINGS): its data, model and log directories under
+    --demo_dir unless given. Writes nothing (make_dataset builds the data)."""
     demo_dir = os.path.abspath(settings.task.demo_dir)
-    os.makedirs(demo_dir, exist_ok=True)
     changes = {name: value for name, value in SETTINGS.items() if name not in given}
-    changes['data_dir'] = make_dataset(demo_dir)
+    changes['data_dir'] = os.path.join(demo_dir, DATA)
     if 'model_dir' not in given:
         changes['model_dir'] = os.path.join(demo_dir, 'model')
     if 'log_dir' not in given:

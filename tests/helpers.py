@@ -383,7 +383,7 @@ def model_parts(values, data_format='channels_last'):
 def laid_out(values, data_format='channels_last'):
     """Settings with the model group's data_format resolved to data_format, as
     estimator.for_this_process leaves it."""
-    return values._replace(model=values.model._replace(data_format=data_format))
+    return values.replace(model=values.model.replace(data_format=data_format))
 
 
 def settings(**given):

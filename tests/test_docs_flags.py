@@ -44,7 +44,7 @@ def flags_page():
              '',
              'This page is generated from `flags.py`; do not edit it by hand.',
              'To rewrite it after a flag changes, run `%s`.' % REGENERATE]
-    for group, names in flags.GROUPS.items():
+    for group, names in flags.help_groups():
         lines += ['', '## ' + group, '', '| flag | default | what it does |', '|---|---|---|']
         for name in names:
             flag = flags.FLAGS[name]
@@ -91,7 +91,7 @@ def test_the_flag_reference_is_generated_from_flags_py():
 def test_every_flag_is_on_the_reference_page():
     import flags
     text = read(FLAGS_PAGE)
-    missing = [name for names in flags.GROUPS.values() for name in names
+    missing = [name for _, names in flags.help_groups() for name in names
                if '| `--%s` |' % name not in text]
     assert missing == []
 

@@ -230,7 +230,7 @@ def test_tf2_fine_tune_onnx_and_the_docs_snippets_as_written(exported, jpegs, tm
     facts = json.loads(facts_file.read_text())
 
     with tf.Graph().as_default():
-        serving.build_inference_graph(flags.default_settings().model._replace(
+        serving.build_inference_graph(flags.default_settings().model.replace(
             resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE), 'channels_last')
         model_variables = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
         trainable = sorted(v.op.name for v in tf.trainable_variables())
@@ -315,7 +315,7 @@ def test_calibrated_thresholds_from_eval_to_predict_and_the_saved_model(exported
     assert status == 0, err
     base = str(tmp_path / 'calibrated')
     version = export.export_saved_model(
-        checkpoint, base, flags.default_settings().model._replace(
+        checkpoint, base, flags.default_settings().model.replace(
             resnet_size=18, class_num=CLASSES, image_size=IMAGE_SIZE),
         calibrated=path)
     assert open(os.path.join(version, saved_models.THRESHOLDS_FILE)).read() == \

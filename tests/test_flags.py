@@ -1,5 +1,6 @@
-"""flags.py: every flag in one --help group, the Settings groups from parsed flags, their defaults, given(),
-the CHECKS table and the rules across flags, and the grouped --help text."""
+"""flags.py: every flag in one group (a field of its dataclass, a --help section), the
+Settings from parsed flags, their defaults, given(), each flag's check and the rules across
+flags (config/flag_checks.py), and the grouped --help text."""
 import re
 
 import pytest
@@ -13,7 +14,7 @@ def parsed(*argv):
     """A fresh FlagValues holding train.py's flags, parsed from argv (the global FLAGS
     stays untouched)."""
     values = absl_flags.FlagValues()
-    for name in flags_lib.CONCERN_OF:
+    for name in flags_lib.ORDER:
         values[name] = flags_lib.FLAGS[name]
     values.unparse_flags()
     values(['train.py'] + list(argv))
@@ -21,11 +22,10 @@ def parsed(*argv):
 
 
 def test_every_flag_is_in_exactly_one_group_and_in_the_settings():
-    grouped = [name for names in flags_lib.GROUPS.values() for name in names]
+    grouped = [name for _, names in flags_lib.help_groups() for name in names]
     assert len(grouped) == len(set(grouped))
-    assert list(flags_lib.flat(flags_lib.default_settings())) == grouped
-    concerns = [name for names in flags_lib.CONCERNS.values() for name in names]
-    assert sorted(concerns) == sorted(grouped) and len(concerns) == len(set(concerns))
+    assert list(flags_lib.flat(flags_lib.default_settings())) == flags_lib.ORDER
+    assert sorted(flags_lib.ORDER) == sorted(grouped)
 
 
 def test_defaults_are_the_definitions_defaults():
@@ -54,9 +54,9 @@ def test_the_defaults_pass_every_check():
 
 def test_every_check_names_a_flag_and_rejects_a_bad_value():
     defaults = flags_lib.flat(flags_lib.default_settings())
-    assert set(flag_checks.CHECKS) <= set(defaults)
+    assert set(flags_lib.CHECKS) <= set(defaults)
     bad = {int: -5, float: float('nan'), str: 'no-such-value'}
-    for name, check in flag_checks.CHECKS.items():
+    for name, check in flags_lib.CHECKS.items():
         default = defaults[name]
         assert check(name, default) is None, name
         message = check(name, bad[type(default)])
@@ -97,8 +97,8 @@ def test_the_first_problem_is_one_usage_error_line(changes, words):
 def test_help_lists_every_flag_under_its_group_in_order():
     text = flags_lib.grouped_help('train.py')
     headings = [line[:-1] for line in text.splitlines() if re.match(r'^\S.*:$', line)]
-    assert headings == list(flags_lib.GROUPS)
-    for group, names in flags_lib.GROUPS.items():
+    assert headings == [title for title, _ in flags_lib.help_groups()]
+    for group, names in flags_lib.help_groups():
         section = text.split('\n' + group + ':\n')[1].split('\n\n')[0]
         listed = re.findall(r'^  --(\w+) \(default: ', section, re.M)
         assert listed == names, group

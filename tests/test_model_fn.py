@@ -40,7 +40,7 @@ def test_dtype_graphs_build_and_train_two_steps_on_cpu(shards, resnet_size, dtyp
 def dtype_graph_trains(shards, resnet_size, dtype, augment_on):
     with tf.Graph().as_default():
         given = run_settings(resnet_size, dtype)
-        dataset = input_pipeline.input_fn(given.data._replace(augment_on=augment_on),
+        dataset = input_pipeline.input_fn(given.data.replace(augment_on=augment_on),
                                           given.model, True, shards)
         features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
         derived = model_fn.Derived(images_per_step=2)

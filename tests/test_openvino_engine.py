@@ -41,7 +41,7 @@ def trained(module_dir):
     agreement does not need training; no train.py run keeps the suite short) and its
     SavedModel."""
     root = str(module_dir('openvino'))
-    model = model_group()._replace(resnet_size=18, class_num=5)
+    model = model_group().replace(resnet_size=18, class_num=5)
     checkpoint = engines.random_checkpoint(model, root)
     return checkpoint, export.export_saved_model(checkpoint, os.path.join(root, 'export'),
                                                  model)
@@ -64,7 +64,7 @@ def jpegs(module_dir):
 
 
 def model_group():
-    return flags_lib.default_settings().model._replace(image_size=32)
+    return flags_lib.default_settings().model.replace(image_size=32)
 
 
 def load(engine, model_dir=None, export_dir=None, dtype='fp32', onnx=None):

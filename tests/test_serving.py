@@ -26,7 +26,7 @@ from mlimages.cli import predict as predict_tool
 
 def model_group(**given):
     """train.py's default model group (flags.Model) but the given."""
-    return flags.default_settings().model._replace(**given)
+    return flags.default_settings().model.replace(**given)
 
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The numeric ranges of flag_checks.CHECKS (built with value_checks): every default
+"""The numeric ranges of each flag's check (flags.CHECKS, built with value_checks): every default
 passes, a value out of range is one message naming the flag and the value."""
 import pytest
 

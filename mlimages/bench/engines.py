@@ -98,7 +98,7 @@ class TensorFlowNetwork(object):
         graph = tf.Graph()
         with graph.as_default():
             self._images, self._outputs = serving.build_float_network(
-                model._replace(dtype=dtype), 'channels_last')
+                model.replace(dtype=dtype), 'channels_last')
             self.session = tf.Session(graph=graph, config=devices.session_config())
             serving.restore(self.session, checkpoint)
 
@@ -214,7 +214,7 @@ def main(args):
     import flags
     from mlimages.inference import inference_io
     say = lambda text: sys.stderr.write('%s: %s\n' % (PROG, text))
-    model = flags.default_settings().model._replace(
+    model = flags.default_settings().model.replace(
         resnet_size=args.engines_resnet_size, class_num=args.engines_class_num,
         image_size=args.engines_image_size, data_format='channels_last')
     skipped = {v: skip_reason(*v) for v in VARIANTS if skip_reason(*v)}

@@ -71,7 +71,7 @@ def placement(ps_tasks, settings):
     from mlimages.run import estimator as estimator_lib
     from mlimages.run import model_fn
     startup.before_tensorflow(PROG, [])  # quiet, as train.py (this once imported it)
-    settings = settings._replace(model=settings.model._replace(data_format='channels_last'))
+    settings = settings.replace(model=settings.model.replace(data_format='channels_last'))
     batch, model = settings.data.batch_size, settings.model
     config = fake_cluster(ps_tasks)
     plan = distribute.plan('ps', 1, 1, 0, batch, 0, {'TF_CONFIG': config})

@@ -79,8 +79,8 @@ class TrainPySide(object):
             class_num=args.keras_class_num, lr=0.01, batch_size=args.keras_batch_size,
             image_size=args.keras_image_size, dtype=dtype, use_synthetic_data=True)
         inter_op, intra_op = thread_counts()
-        settings = estimator.for_this_process(settings._replace(
-            devices=settings.devices._replace(inter_op_threads=inter_op,
+        settings = estimator.for_this_process(settings.replace(
+            devices=settings.devices.replace(inter_op_threads=inter_op,
                                               intra_op_threads=intra_op)))
         self.graph = tf.Graph()
         with self.graph.as_default():

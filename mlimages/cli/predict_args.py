@@ -202,7 +202,7 @@ def load_model(serving, args, model, top_k=5, chosen=None):
     if data_format.lower() in ('nchw', 'channels_first') and not devices.gpu_count():
         data_format = 'NHWC'  # CPU convolutions are NHWC only; the results are the same
     chosen = chosen or {}
-    model = model._replace(
+    model = model.replace(
         image_size=chosen.get('image_size') or args.image_size or model.image_size,
         batch_norm_epsilon=chosen.get('batch_norm_epsilon', model.batch_norm_epsilon),
         data_format=data_format)

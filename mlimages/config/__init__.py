@@ -1,9 +1,10 @@
 """Settings around a run.
 
     choices.py       the values each choice flag may take (--resnet_size, --dtype, ...)
-    flag_checks.py   the checks of train.py's flags, one a flag, then the rules across flags
-    value_checks.py  the builders of those checks: what is wrong with --name=value, in
-                     one line
+    flag_checks.py   the rules across train.py's flags, and the one check of a run's
+                     settings (each flag's own check, then those rules)
+    value_checks.py  the checks flags.py gives each flag (what is wrong with
+                     --name=value, in one line), and the parsers of list-valued flags
     cluster_hosts.py the host lists of --worker_hosts and --ps_hosts, parsed and checked
     run_settings.py  the run's <model_dir>/flags.txt: written, read, compared on resume
     startup.py       what every entry point does before TensorFlow is imported (quiet

@@ -64,7 +64,7 @@ def export_saved_model(checkpoint_path, export_dir, model, top_k=DEFAULT_TOP_K,
     target, work = new_version_dir(export_dir, version)
     building = os.path.join(work, 'saved_model')
     # float32 whatever the training dtype: a bf16 graph serves only on CPUs with bf16 kernels
-    model = model._replace(dtype='fp32')
+    model = model.replace(dtype='fp32')
     try:
         signatures = save_inference_graph(building, checkpoint_path, model, finetune, top_k,
                                           preprocess, thresholds)

@@ -70,7 +70,7 @@ def checkpoint_network(checkpoint_path, model, finetune=None):
     """frozen_network of the model group's float network (fp32, NHWC) restored from
     checkpoint_path (raises UsageError when it does not fit)."""
     with tf.Graph().as_default() as graph:
-        images, outputs = serving.build_float_network(model._replace(dtype='fp32'),
+        images, outputs = serving.build_float_network(model.replace(dtype='fp32'),
                                                       'channels_last', finetune)
         with tf.Session(graph=graph, config=devices.session_config()) as session:
             serving.restore(session, checkpoint_path)

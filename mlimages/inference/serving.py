@@ -127,8 +127,8 @@ def model_parts(model, data_format, finetune=None):
     whose FixBlock2 puts a stop-gradient into the graph; default: the flags' defaults):
     every other group at its defaults, none of which an inference graph reads."""
     defaults = flags.default_settings()
-    return model_fn.parts(defaults._replace(model=model,
-                                            finetune=finetune or defaults.finetune),
+    return model_fn.parts(defaults.replace(model=model,
+                                           finetune=finetune or defaults.finetune),
                           data_format)
 
 
@@ -328,7 +328,7 @@ def load_predictor(checkpoint=None, saved_model=None, model=None, resnet_size=No
     path, model = checkpoint_model(checkpoint, checkpoint_flag, model, resnet_size,
                                    class_num, preprocess)
     data_format = resnet.resolve_data_format(model.data_format, devices.gpu_count() > 0)
-    return Predictor.from_checkpoint(path, model._replace(dtype=dtype), data_format, top_k,
+    return Predictor.from_checkpoint(path, model.replace(dtype=dtype), data_format, top_k,
                                      preprocess, finetune)
 
 
@@ -341,7 +341,7 @@ def checkpoint_model(checkpoint, checkpoint_flag, model, resnet_size, class_num,
     path = checkpoints.resolve_checkpoint(checkpoint, checkpoint_flag)
     resnet_size, class_num = checkpoints.checkpoint_model(path, resnet_size, class_num)
     check_preprocess(preprocess)
-    return path, model._replace(resnet_size=resnet_size, class_num=class_num)
+    return path, model.replace(resnet_size=resnet_size, class_num=class_num)
 
 
 # ---------------------------------------------------------------------------- prediction

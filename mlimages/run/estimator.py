@@ -10,7 +10,7 @@ import os
 import tensorflow.compat.v1 as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
-from mlimages.config import cpu, flag_checks
+from mlimages.config import cpu, value_checks
 from mlimages.data import hierarchy
 from mlimages.data import input_pipeline
 from mlimages.distributed import devices
@@ -51,9 +51,9 @@ def augment_on(data):
 def for_this_process(settings, cpu_fallback=False):
     """The Settings with the values derived for this process in their groups: the model's
     --data_format and the data's --augment_on resolved for the GPUs it sees."""
-    return settings._replace(
-        model=settings.model._replace(data_format=data_format(settings.model, cpu_fallback)),
-        data=settings.data._replace(augment_on=augment_on(settings.data)))
+    return settings.replace(
+        model=settings.model.replace(data_format=data_format(settings.model, cpu_fallback)),
+        data=settings.data.replace(augment_on=augment_on(settings.data)))
 
 
 def crop_seed(training):
@@ -121,7 +121,7 @@ def class_report_of(settings, leaves):
     return class_report.ClassReport(
         os.path.join(settings.output.model_dir, 'eval'), names, leaves,
         calibration.global_threshold(settings.inference.threshold), evaluation.pr_curves,
-        flag_checks.class_list(evaluation.pr_curve_classes), evaluation.report_classes)
+        value_checks.class_list(evaluation.pr_curve_classes), evaluation.report_classes)
 
 
 def session_config(devices_group, dtype, device_filters=(), fp16_on_cpu=False):
@@ -182,7 +182,7 @@ def log_to_file(log_dir, name='train.log'):
 
 def pipeline_input_fn(data, model, seed, is_training, files, record_shard=None):
     """input_pipeline.input_fn of the data and model groups, --augment_on resolved."""
-    data = data._replace(augment_on=augment_on(data))
+    data = data.replace(augment_on=augment_on(data))
     return lambda: input_pipeline.input_fn(data, model, is_training, files, seed,
                                            record_shard)
 

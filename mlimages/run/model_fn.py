@@ -53,7 +53,7 @@ Parts = collections.namedtuple('Parts', 'model data training schedule finetune o
 
 def parts(settings, data_format):
     """The Parts of Settings, the model group's data_format the resolved one."""
-    return Parts(settings.model._replace(data_format=data_format), settings.data,
+    return Parts(settings.model.replace(data_format=data_format), settings.data,
                  settings.training, settings.schedule, settings.finetune, settings.output,
                  settings.inference)
 

@@ -17,7 +17,7 @@ from tensorflow.python.framework import config as tf_config
 import file_db
 from mlimages import errors
 from mlimages.config import cpu as cpu_lib
-from mlimages.config import flag_checks, interpreter, run_settings
+from mlimages.config import interpreter, run_settings, value_checks
 from mlimages.data import records
 from mlimages.distributed import cluster_flags
 from mlimages.distributed import devices
@@ -250,7 +250,7 @@ def train_with_hooks(estimator, settings, plan, chief, derived, inputs, extra_ho
     preempt = preemption.Preemption(PROGRAM)
     stop_hook = preemption.StopHook(preempt)
     run_hooks = training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hooks)
-    span = flag_checks.profile_span(output.profile_steps)
+    span = value_checks.profile_span(output.profile_steps)
     if span and chief:  # one trace of the job: the chief's steps
         run_hooks.append(hooks.ProfileHook(output.model_dir, *span, log=tf.logging.info))
     if derived.legacy_counters:
