@@ -106,15 +106,14 @@ def start_cluster(task, cluster, num_gpus, model_dir):
                                       create=False)
 
 
-def check(settings):
-    """Checks the settings the run will use, once, before anything acts on them: every
-    flag's value and the rules across flags (flag_checks.validate), then the files they
-    name (the export directory, the hierarchy); raises UsageError."""
-    flag_checks.validate(settings)
+def check_what_they_name(settings):
+    """What the checked settings name and need on this machine: the export directory,
+    the hierarchy file, the CPU's bf16 kernels; raises UsageError."""
     if settings.task.export_dir:
         saved_models.check_export_dir(settings.task.export_dir)
     if settings.evaluation.hierarchy:  # a bad file is a UsageError
         estimator.leaf_mask(settings.evaluation.hierarchy, settings.model.class_num)
+    check_cpu_kernels(settings.model.dtype, settings.devices)
 
 
 def check_inference_dtype(dtype):
@@ -281,18 +280,18 @@ def settled(settings):
 
 
 def dispatch(settings, extra_hooks):
-    """Settles the Settings, checks them once, starts the cluster and chooses the devices,
-    then runs the mode: --demo, eval, predict, export, or training (train,
+    """Settles the Settings, checks them once, starts the cluster, chooses the devices and
+    checks what the settings name, then runs the mode: --demo, eval, predict, export, or training (train,
     train_and_eval) and --export_dir's SavedModel after it."""
     if settings.task.mode in ('eval', 'predict') and not settings.task.demo:
         check_inference_dtype(settings.model.dtype)  # before the checkpoint is looked for
     settings = settled(settings)
-    check(settings)
+    flag_checks.validate(settings)  # the one check of every flag
     # TF_CONFIG from Slurm or the host flags, before it is read
     start_cluster(settings.task, settings.cluster, settings.devices.num_gpus,
                   settings.output.model_dir)
     settings = resolve_dtype(choose_devices(settings))
-    check_cpu_kernels(settings.model.dtype, settings.devices)
+    check_what_they_name(settings)
     mode = settings.task.mode
     if settings.task.demo:
         from mlimages import demo

@@ -35,7 +35,8 @@ def parsed_settings(args):
     values.unparse_flags()  # the Flag objects are shared: no value of an earlier manifest
     values(['train.py'] + list(args))
     settings = train.flags_lib.settings(values)
-    train.validate(settings)
+    train.flag_checks.validate(settings)
+    train.check_what_they_name(settings)
     return settings
 
 
