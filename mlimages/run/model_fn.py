@@ -11,8 +11,8 @@ Momentum, and the summaries.
                      this replica's batch-norm updates)
       optimizer  Momentum(opt_momentum) ('mom') or GradientDescent ('sgd')
       lr         lr_schedule.learning_rate(global_step, schedule='piecewise'|'exponential')
-      var_list   every trainable variable, or under FixBlock2 (frozen_stages 2) those whose
-                 name contains stages_2, stages_3, global_pool or logits
+      var_list   every trainable variable, or under FixBlock2 those whose name contains
+                 stages_2, stages_3, global_pool or logits
 
 Summaries (training and evaluation; a prediction graph has none): images, cross_entropy,
 train_accuracy, learning_rate, skipped_records and the loss's histograms; evaluation
@@ -84,15 +84,13 @@ NON_FINITE_LOSS = 'non-finite training loss'
 NON_FINITE_SUMMARY = 'in summary histogram for'
 
 
-def trained_variables(variables, model):
-    """The variables the optimizer updates: all of them, or with frozen stages the
-    original's FixBlock2 set (resnet.trainable_under_fixblock2: names containing stages_2,
-    stages_3, global_pool or logits) -- for another frozen_stages, those outside
-    model.frozen_scopes()."""
-    if model.frozen_stages == 2:
+def trained_variables(variables, network):
+    """The variables the optimizer updates: all of them, or under the network's FixBlock2
+    the original's set (resnet.trainable_under_fixblock2: names containing stages_2,
+    stages_3, global_pool or logits)."""
+    if network.fix_block2:
         return resnet.trainable_under_fixblock2(variables)
-    frozen = resnet.frozen_variables(variables, model.frozen_scopes())
-    return [v for v in variables if v not in frozen]
+    return variables
 
 
 class MomentumOptimizer(distribute.FinishOnce, tf.train.MomentumOptimizer):
@@ -161,12 +159,12 @@ def resnet_model_fn(features, labels, mode, parts, derived):
     """The EstimatorSpec of a batch (see the module docstring)."""
     training = mode == tf.estimator.ModeKeys.TRAIN
     images, labels, skipped = batch_of(features, labels, parts.model.class_num)
-    model, logits, own_updates = network(images, mode, parts, derived)
+    network, logits, own_updates = build_network(images, mode, parts, derived)
     predictions = {
         'classes': tf.argmax(logits, axis=1),
         'probabilities': tf.nn.softmax(logits),
         'scores': tf.sigmoid(logits),
-        'features': model.features,
+        'features': network.features,
     }
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
@@ -178,7 +176,7 @@ def resnet_model_fn(features, labels, mode, parts, derived):
     if training:
         logged = {'cross_entropy': cross_entropy, 'train_accuracy': accuracy[1]}
         train_op, training_hooks = training_step(
-            loss, finite, trained_variables(tf.trainable_variables(), model), own_updates,
+            loss, finite, trained_variables(tf.trainable_variables(), network), own_updates,
             logged, skipped, parts, derived)
     eval_metrics, evaluation_hooks = None, []
     if mode == tf.estimator.ModeKeys.EVAL:
@@ -215,9 +213,10 @@ def batch_of(features, labels, class_num):
     return features, labels, skipped
 
 
-def network(images, mode, parts, derived):
-    """(the resnet.ResNet, its float32 logits, this replica's batch-norm updates) of the
-    batch; the fine-tuning checkpoint's initializers set when training."""
+def build_network(images, mode, parts, derived):
+    """Builds the network on the batch; returns (the resnet.ResNet, its float32 logits,
+    this replica's batch-norm updates). Training sets the fine-tuning checkpoint's
+    initializers."""
     model_group, finetune = parts.model, parts.finetune
     training = mode == tf.estimator.ModeKeys.TRAIN
     # uint8 batches (--augment_on=device) are augmented here, on the training device.
@@ -227,21 +226,22 @@ def network(images, mode, parts, derived):
         images = image_preprocess.network_input(images, training)
     if mode != tf.estimator.ModeKeys.PREDICT:  # no summary in an inference graph
         tf.summary.image('images', (images + 1.0) / 2.0, max_outputs=6)
-    model = resnet.ResNet(model_group.resnet_size, model_group.class_num,
-                          model_group.data_format, model_group.batch_norm_decay,
-                          model_group.batch_norm_epsilon, 2 if finetune.FixBlock2 else 0,
-                          finetune.frozen_bn, derived.head_shards, derived.cpu_input_grad)
+    network = resnet.ResNet(model_group.resnet_size, model_group.class_num,
+                            model_group.data_format, model_group.batch_norm_decay,
+                            model_group.batch_norm_epsilon, fix_block2=finetune.FixBlock2,
+                            frozen_bn=finetune.frozen_bn, head_shards=derived.head_shards,
+                            cpu_input_grad=derived.cpu_input_grad)
     updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
     with precision.model_scope(model_group.dtype):
-        logits = precision.float32(model(precision.model_input(images, model_group.dtype),
-                                         training))
+        logits = precision.float32(network(precision.model_input(images, model_group.dtype),
+                                           training))
     own_updates = distribute.own_update_ops(updates_before)
-    model.features = precision.float32(model.features)
+    network.features = precision.float32(network.features)
     if training and derived.warm_start:
         # Changes only the initializers: a checkpoint in model_dir still wins on restart.
         checkpoint, names = derived.warm_start
         tf.train.init_from_checkpoint(checkpoint, {name: name for name in names})
-    return model, logits, own_updates
+    return network, logits, own_updates
 
 
 def losses(labels, logits, mode, parts):
