@@ -4,6 +4,7 @@ the per-class thresholds chosen on the way (calibration.py); each writes its per
 report (class_report.py, through model_fn.Derived.class_report). Errors: errors.UsageError
 before a graph exists, errors.TrainingError (one line) after.
 """
+import dataclasses
 import os
 
 import tensorflow.compat.v1 as tf
@@ -59,7 +60,7 @@ def evaluation_estimator(settings):
     derived, collector = estimator_lib.derived_values(settings), None
     if settings.inference.threshold == calibration.CALIBRATED:
         collector = calibration.ScoreCollector(settings.training.mask_thres)
-        derived = derived._replace(score_hook=collector.hook)
+        derived = dataclasses.replace(derived, score_hook=collector.hook)
         derived.class_report.deferred = True
     return estimator_lib.make_estimator(settings, derived), collector, derived.class_report
 

@@ -30,6 +30,7 @@ resolved, data, training, schedule, finetune, output, inference), and what is de
 from them for this process, as a Derived.
 """
 import collections
+import dataclasses
 
 import tensorflow.compat.v1 as tf
 
@@ -58,25 +59,26 @@ def parts(settings, data_format):
                  settings.inference)
 
 
-# What the model_fn needs beyond the settings: the values derived for this process.
-Derived = collections.namedtuple('Derived', [
-    'images_per_step',         # images a training step of this process: replicas x batch
-    'images_per_global_step',  # images a global step of the whole job
-    'max_steps',               # the last global step (--max_iter), None = no end
-    'worker_name',             # the log line's name of this task
-    'job',                     # a task of a cluster: the log line adds the job's rate
-    'legacy_counters',         # model_dir holds the original program's counter names
-    'leaf_mask',               # --hierarchy: class_num bools, true for a leaf; or None
-    'warm_start',              # (checkpoint, variable names) to fine-tune from, or None
-    'head_shards',             # slices of the classifier head (ps mode: one a ps task)
-    'stop_together',           # a synchronous job: its tasks agree in each step on a stop
-    'score_hook',              # evaluation: hook(labels, scores) -> a SessionRunHook, or None
-    'cpu_input_grad',          # resnet's forward-conv input gradients (config/cpu.py)
-    'checkpoint_dir',          # where this task's saver writes: None = --model_dir
-    'class_report',            # evaluation: the class_report.ClassReport, or None
-    'watch',                   # a cluster task's peers.Watch: its saves are waits on the job
-], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False,
-             None, None, None))
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Derived:
+    """What the model_fn needs beyond the settings: the values derived for this process."""
+    # Images a training step of this process (replicas x batch), and a global step of the job.
+    images_per_step: int | None = None
+    images_per_global_step: int | None = None
+    max_steps: int | None = None  # the last global step (--max_iter), None = no end
+    worker_name: str = 'worker'  # the log line's name of this task
+    job: bool = False  # a task of a cluster: the log line adds the job's rate
+    legacy_counters: bool = False  # model_dir holds the original program's counter names
+    leaf_mask: tuple | None = None  # --hierarchy: class_num bools, true for a leaf; or None
+    warm_start: tuple | None = None  # (checkpoint, variable names) to fine-tune from, or None
+    head_shards: int = 1  # slices of the classifier head (ps mode: one a ps task)
+    stop_together: bool = False  # a synchronous job: its tasks agree in each step on a stop
+    score_hook: object = None  # evaluation: hook(labels, scores) -> a SessionRunHook, or None
+    cpu_input_grad: bool = False  # resnet's forward-conv input gradients (config/cpu.py)
+    checkpoint_dir: str | None = None  # where this task's saver writes: None = --model_dir
+    class_report: object = None  # evaluation: the class_report.ClassReport, or None
+    watch: object = None  # a cluster task's peers.Watch: its saves are waits on the job
+
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -298,8 +300,10 @@ def training_step(loss, finite, trained, own_updates, logged, skipped, parts, de
         logged['skipped_records'] = tf.reduce_max(skipped)
         tf.summary.scalar('skipped_records', logged['skipped_records'])
     return train_op, [hooks.TrainingLogHook(
-        logged, derived.images_per_step, parts.output.log_interval, derived.max_steps,
-        derived.images_per_global_step, derived.worker_name, derived.job)]
+        tensors=logged, images_per_step=derived.images_per_step,
+        every_n=parts.output.log_interval, max_steps=derived.max_steps,
+        images_per_global_step=derived.images_per_global_step,
+        worker_name=derived.worker_name, job=derived.job)]
 
 
 def evaluation(labels, scores, per_image, parts, derived):

@@ -8,6 +8,7 @@ tf.estimator.train_and_evaluate. Errors: errors.UsageError before a graph exists
 errors.TrainingError (one line with what to do) after.
 """
 import contextlib
+import dataclasses
 import os
 import signal
 
@@ -129,7 +130,7 @@ def train(settings, flags_txt=None, extra_hooks=()):
     derived = estimator_lib.derived_values(
         settings, plan, log_fine_tuning(settings.finetune, settings.model.class_num,
                                         settings.output.model_dir, warm_start))
-    derived = derived._replace(watch=peers.for_task(
+    derived = dataclasses.replace(derived, watch=peers.for_task(
         plan, settings.cluster.peer_timeout, PROGRAM, tf.logging.info, tf.logging.warning))
     estimator = estimator_lib.make_estimator(settings, derived, plan)
     return train_with_hooks(estimator, settings, plan, chief, derived,
