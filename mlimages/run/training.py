@@ -370,8 +370,7 @@ def train_all(estimator, settings, plan, inputs, run_hooks, stop_hook, stop):
             step = min(last, (step // test_interval + 1) * test_interval)
             estimator.train(input_fn=input_fn, max_steps=step, hooks=run_hooks)
             if not stop():
-                evaluation.evaluate(settings, estimator, files=val_files,
-                                    run_hooks=[stop_hook])
+                evaluation.evaluate_latest(settings, estimator, val_files, [stop_hook])
     else:
         estimator.train(input_fn=input_fn, max_steps=estimator_lib.training_steps(max_iter),
                         hooks=run_hooks)
