@@ -40,7 +40,7 @@ from mlimages.distributed import distribute
 from mlimages.run import hooks
 import image_preprocess
 from mlimages.data import input_pipeline
-from mlimages.model import loss as loss_lib
+from mlimages.model import loss
 from mlimages.model import lr_schedule
 from mlimages.model import metrics
 from mlimages.model import precision
@@ -159,7 +159,7 @@ def make_model_fn(parts, derived):
 
 def resnet_model_fn(features, labels, mode, parts, derived):
     """The EstimatorSpec of a batch (see the module docstring)."""
-    training = mode == tf.estimator.ModeKeys.TRAIN
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
     images, labels, skipped = batch_of(features, labels, parts.model.class_num)
     network, logits, own_updates = build_network(images, mode, parts, derived)
     predictions = {
@@ -171,31 +171,31 @@ def resnet_model_fn(features, labels, mode, parts, derived):
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
-    per_image, cross_entropy, loss, finite = losses(labels, logits, mode, parts)
+    per_image, cross_entropy, total_loss, finite = losses(labels, logits, mode, parts)
     accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
     tf.summary.scalar('train_accuracy', accuracy[1])
     train_op, training_hooks = None, []
-    if training:
+    if is_training:
         logged = {'cross_entropy': cross_entropy, 'train_accuracy': accuracy[1]}
         train_op, training_hooks = training_step(
-            loss, finite, trained_variables(tf.trainable_variables(), network), own_updates,
-            logged, skipped, parts, derived)
+            total_loss, finite, trained_variables(tf.trainable_variables(), network),
+            own_updates, logged, skipped, parts, derived)
     eval_metrics, evaluation_hooks = None, []
     if mode == tf.estimator.ModeKeys.EVAL:
-        eval_metrics, evaluation_hooks = evaluation(labels, predictions['scores'], per_image,
-                                                    parts, derived)
+        eval_metrics, evaluation_hooks = evaluation_metrics_and_hooks(
+            labels, predictions['scores'], per_image, parts, derived)
     scaffold = None
     # fp16: a checkpoint of another --dtype restores, its loss scaling started afresh.
-    if derived.legacy_counters or (training and parts.model.dtype == 'fp16'):
+    if derived.legacy_counters or (is_training and parts.model.dtype == 'fp16'):
         # Built last: the saver must see every variable, the Momentum slots included.
         scaffold = tf.train.Scaffold(saver=checkpoints.saver(parts.output.max_to_keep,
                                                              derived.legacy_counters))
     chief_hooks = []
-    if training:
+    if is_training:
         saver = saver_hook(parts.output, derived, scaffold)
         (training_hooks if derived.stop_together else chief_hooks).append(saver)
     return tf.estimator.EstimatorSpec(
-        mode=mode, predictions=predictions, loss=loss, train_op=train_op,
+        mode=mode, predictions=predictions, loss=total_loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=training_hooks,
         training_chief_hooks=chief_hooks, evaluation_hooks=evaluation_hooks,
         scaffold=scaffold)
@@ -219,27 +219,27 @@ def build_network(images, mode, parts, derived):
     """Builds the network on the batch; returns (the resnet.ResNet, its float32 logits,
     this replica's batch-norm updates). Training sets the fine-tuning checkpoint's
     initializers."""
-    model_group, finetune = parts.model, parts.finetune
-    training = mode == tf.estimator.ModeKeys.TRAIN
+    model, finetune = parts.model, parts.finetune
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
     # uint8 batches (--augment_on=device) are augmented here, on the training device.
     # Kept out of XLA clusters: the augmentation's per-step partition sizes vary, and a
     # cluster built on them would be recompiled at every new shape.
     with tf.xla.experimental.jit_scope(compile_ops=False):
-        images = image_preprocess.network_input(images, training)
+        images = image_preprocess.network_input(images, is_training)
     if mode != tf.estimator.ModeKeys.PREDICT:  # no summary in an inference graph
         tf.summary.image('images', (images + 1.0) / 2.0, max_outputs=6)
-    network = resnet.ResNet(model_group.resnet_size, model_group.class_num,
-                            model_group.data_format, model_group.batch_norm_decay,
-                            model_group.batch_norm_epsilon, fix_block2=finetune.FixBlock2,
+    network = resnet.ResNet(model.resnet_size, model.class_num, model.data_format,
+                            model.batch_norm_decay, model.batch_norm_epsilon,
+                            fix_block2=finetune.FixBlock2,
                             frozen_bn=finetune.frozen_bn, head_shards=derived.head_shards,
                             cpu_input_grad=derived.cpu_input_grad)
     updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
-    with precision.model_scope(model_group.dtype):
-        logits = precision.float32(network(precision.model_input(images, model_group.dtype),
-                                           training))
+    with precision.model_scope(model.dtype):
+        logits = precision.float32(network(precision.model_input(images, model.dtype),
+                                           is_training))
     own_updates = distribute.own_update_ops(updates_before)
     network.features = precision.float32(network.features)
-    if training and derived.warm_start:
+    if is_training and derived.warm_start:
         # Changes only the initializers: a checkpoint in model_dir still wins on restart.
         checkpoint, names = derived.warm_start
         tf.train.init_from_checkpoint(checkpoint, {name: name for name in names})
@@ -247,50 +247,48 @@ def build_network(images, mode, parts, derived):
 
 
 def losses(labels, logits, mode, parts):
-    """(evaluation's per-image cross-entropy or None, the reported cross-entropy, the loss,
-    training's finite-loss check or None), the summaries of the loss written."""
-    label_type, training_group = parts.data.label_type, parts.training
-    training = mode == tf.estimator.ModeKeys.TRAIN
+    """(evaluation's per-image cross-entropy or None, the reported cross-entropy, the total
+    loss, training's finite-loss check or None), the summaries of the loss written."""
+    label_type, training = parts.data.label_type, parts.training
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
     per_image = None
     if mode == tf.estimator.ModeKeys.EVAL:  # per image: the same figure at any batch size
-        per_image = loss_lib.per_image_cross_entropy_of(label_type, training_group, labels,
-                                                        logits)
+        per_image = loss.per_image_cross_entropy_of(label_type, training, labels, logits)
         cross_entropy, stats = tf.reduce_mean(per_image), {}
     else:
-        cross_entropy, stats = loss_lib.cross_entropy_of(label_type, training_group, labels,
-                                                         logits, update=training)
+        cross_entropy, stats = loss.cross_entropy_of(label_type, training, labels, logits,
+                                                     update=is_training)
     # Over every trainable variable as the original: the frozen ones add only a constant.
-    loss = cross_entropy + loss_lib.weight_decay_of(training_group, tf.trainable_variables())
+    total_loss = cross_entropy + loss.weight_decay_of(training, tf.trainable_variables())
     # With several replicas the step's cross_entropy is the mean over their batches (the
     # loss of the global batch; the gradient comes from each replica's own), and so is the
     # loss checked below: one all-reduce for both, and every replica sees the same check.
     reported_cross_entropy, job_loss = tf.unstack(
-        distribute.all_reduce_mean(tf.stack([cross_entropy, loss])))
+        distribute.all_reduce_mean(tf.stack([cross_entropy, total_loss])))
     tf.summary.scalar('cross_entropy', reported_cross_entropy)
     # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
     # even the one saved at the end) can hold the broken weights. The histograms, which
     # reject NaN themselves, wait for this check: the same failure always gets its name.
-    finite = tf.debugging.check_numerics(job_loss, NON_FINITE_LOSS) if training else None
-    with tf.control_dependencies([finite] if training else []):
+    finite = tf.debugging.check_numerics(job_loss, NON_FINITE_LOSS) if is_training else None
+    with tf.control_dependencies([finite] if is_training else []):
         for name, tensor in sorted(stats.items()):
             tf.summary.histogram(name, tf.identity(tensor))
-    return per_image, reported_cross_entropy, loss, finite
+    return per_image, reported_cross_entropy, total_loss, finite
 
 
-def training_step(loss, finite, trained, own_updates, logged, skipped, parts, derived):
+def training_step(total_loss, finite, trained, own_updates, logged, skipped, parts, derived):
     """(train_op, training hooks): the optimizer's step on the trained variables at the
     schedule's rate, this replica's batch-norm updates, and the log line's hook of the
     logged tensors (the learning rate and skipped_records added)."""
-    training_group = parts.training
+    training = parts.training
     global_step = tf.train.get_or_create_global_step()
     lr = lr_schedule.learning_rate_of(parts.schedule, global_step)
     tf.summary.scalar('learning_rate', lr)
     # This replica's batch-norm updates run in the same step beside the apply
     # (distribute.own_update_ops: no gradient waits on them).
-    optimizer = make_optimizer(training_group.optimizer, checked(lr, finite),
-                               training_group.opt_momentum)
+    optimizer = make_optimizer(training.optimizer, checked(lr, finite), training.opt_momentum)
     optimizer = precision.wrap_optimizer(optimizer, parts.model.dtype)
-    gradients = optimizer.compute_gradients(loss, var_list=trained)
+    gradients = optimizer.compute_gradients(total_loss, var_list=trained)
     train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
     hooks.publish_step_after(train_op)
     if derived.stop_together:
@@ -306,7 +304,7 @@ def training_step(loss, finite, trained, own_updates, logged, skipped, parts, de
         worker_name=derived.worker_name, job=derived.job)]
 
 
-def evaluation(labels, scores, per_image, parts, derived):
+def evaluation_metrics_and_hooks(labels, scores, per_image, parts, derived):
     """(the evaluation metrics, the evaluation hooks) of a batch's scores."""
     # The histograms of mAP cannot place a NaN: say what it means instead.
     scores = tf.debugging.check_numerics(
@@ -316,7 +314,7 @@ def evaluation(labels, scores, per_image, parts, derived):
         labels, scores, parts.training.mask_thres, threshold=calibration.global_threshold(
             parts.inference.threshold), class_masks=hierarchy_masks(derived.leaf_mask))
     eval_metrics['cross_entropy'] = tf.metrics.mean(per_image)
-    hooks_ = [derived.score_hook(labels, scores)] if derived.score_hook else []
+    eval_hooks = [derived.score_hook(labels, scores)] if derived.score_hook else []
     if derived.class_report:
-        hooks_.append(derived.class_report.hook(per_class))
-    return eval_metrics, hooks_
+        eval_hooks.append(derived.class_report.hook(per_class))
+    return eval_metrics, eval_hooks
