@@ -22,12 +22,12 @@ along the classes into one slice per ps task (head_shards, class_partitioner): w
 2048 x 11,166 kernel and its Momentum slot would make one ps task hold 183 MB more than
 the others.
 
-Freezing the first stages (fine-tuning's FixBlock2 = init and stages 0-1): no gradient flows
-into them, and their batch norm runs either in inference mode on the restored statistics
-(frozen_bn='inference') or, as the original's finetune.py, in training mode
-(frozen_bn='train': batch statistics, moving mean/variance still updated). Which variables
-the optimizer updates is the caller's choice: frozen_variables (by scope) or
-trainable_under_fixblock2 (the original's name test: stages_2, stages_3, global_pool, logits).
+FixBlock2 (fine-tuning's freeze of init and stages 0-1, the original's only one): no
+gradient flows into them, and their batch norm runs either in inference mode on the restored
+statistics (frozen_bn='inference') or, as the original's finetune.py, in training mode
+(frozen_bn='train': batch statistics, moving mean/variance still updated). The optimizer's
+variables are the caller's choice: trainable_under_fixblock2 is the original's name test
+(stages_2, stages_3, global_pool, logits).
 """
 import tensorflow.compat.v1 as tf
 
@@ -51,6 +51,8 @@ _STAGE_STRIDES = [2, 2, 2, 2]
 
 # Substrings of the names of the variables the original's finetune.py updates under FixBlock2.
 FIXBLOCK2_TRAINED = ('stages_2', 'stages_3', 'global_pool', 'logits')
+# The stages FixBlock2 freezes with init: 0 and 1.
+FIXBLOCK2_STAGES = 2
 
 
 def normalize_data_format(data_format):
@@ -172,23 +174,23 @@ def conv2d_fixed_padding(inputs, name, filters, kernel_size, strides, data_forma
 
 
 class ResNet(object):
-    """Builds the network; `model(images, training)` returns logits of shape [B, class_num].
+    """Builds the network; `network(images, training)` returns logits of shape [B, class_num].
 
-    After a call, `model.features` holds the pooled feature vector [B, 2048] (512 for
+    After a call, `network.features` holds the pooled feature vector [B, 2048] (512 for
     ResNet-18/34), the input of the logits layer.
 
-    frozen_stages > 0 freezes `init` and stages 0 .. frozen_stages - 1 (the original's
-    FixBlock2 is 2): no gradient flows into them, and their batch norm runs in inference
-    mode (frozen_bn='inference') or, when training, in training mode like the rest
-    (frozen_bn='train', the original's fine-tuning). Leaving their variables out of the
-    optimizer is the caller's part (`frozen_variables`, `trainable_under_fixblock2`).
+    fix_block2 freezes `init` and stages 0-1 (the original's FixBlock2): no gradient flows
+    into them, and their batch norm runs in inference mode (frozen_bn='inference') or, when
+    training, in training mode like the rest (frozen_bn='train', the original's
+    fine-tuning). Leaving their variables out of the optimizer is the caller's part
+    (`trainable_under_fixblock2`).
 
     cpu_input_grad: stride-1 NHWC convolutions compute their input gradient as a forward
     convolution (conv2d_fixed_padding); for a process that sees no GPU.
     """
 
     def __init__(self, resnet_size, class_num, data_format='channels_last',
-                 batch_norm_decay=0.997, batch_norm_epsilon=1e-5, frozen_stages=0,
+                 batch_norm_decay=0.997, batch_norm_epsilon=1e-5, fix_block2=False,
                  frozen_bn='inference', head_shards=1, cpu_input_grad=False):
         if resnet_size not in _ARCHITECTURES:
             raise ValueError('resnet_size must be one of %s, got %r'
@@ -199,10 +201,7 @@ class ResNet(object):
         self.data_format = normalize_data_format(data_format)
         self.bn_decay = batch_norm_decay
         self.bn_epsilon = batch_norm_epsilon
-        if not 0 <= frozen_stages <= len(self.stages):
-            raise ValueError('frozen_stages must be in [0, %d], got %r'
-                             % (len(self.stages), frozen_stages))
-        self.frozen_stages = frozen_stages
+        self.fix_block2 = fix_block2
         if frozen_bn not in FROZEN_BN_MODES:
             raise ValueError('frozen_bn must be one of %s, got %r'
                              % (', '.join(FROZEN_BN_MODES), frozen_bn))
@@ -210,13 +209,6 @@ class ResNet(object):
         self.head_shards = head_shards
         self.cpu_input_grad = cpu_input_grad
         self.features = None
-
-    def frozen_scopes(self):
-        """Variable scopes of the frozen part: 'init' and 'stages_<i>_block_*'."""
-        if not self.frozen_stages:
-            return []
-        return ['init'] + ['stages_%d_block_%d' % (i, j) for i in range(self.frozen_stages)
-                           for j in range(self.stages[i])]
 
     def _bn_relu(self, x, name, training):
         x = batch_norm(x, name, training, self.data_format, self.bn_decay, self.bn_epsilon)
@@ -247,23 +239,24 @@ class ResNet(object):
         return x + shortcut
 
     def __call__(self, images, training):
+        """The logits [B, class_num] of the NHWC images; training: batch norm in training
+        mode (FixBlock2's frozen stages as frozen_bn says)."""
         x = images
         if self.data_format == 'channels_first':
             x = tf.transpose(x, [0, 3, 1, 2])
         with tf.variable_scope('init'):
             x = self._conv(x, 'init_conv', 64, 7, 2)
         for i, num_blocks in enumerate(self.stages):
-            if i == self.frozen_stages and i > 0:
+            if self.fix_block2 and i == FIXBLOCK2_STAGES:
                 x = tf.stop_gradient(x)
+            frozen = self.fix_block2 and i < FIXBLOCK2_STAGES
             # 'inference': a frozen stage's batch norm uses (and keeps) its restored moving
             # statistics; 'train': batch statistics, and the moving ones keep updating.
-            stage_training = training and (i >= self.frozen_stages or self.frozen_bn == 'train')
+            stage_training = training and (not frozen or self.frozen_bn == 'train')
             for j in range(num_blocks):
                 with tf.variable_scope('stages_%d_block_%d' % (i, j)):
                     x = self._block(x, self.filters[i], _STAGE_STRIDES[i] if j == 0 else 1,
                                     projection=(j == 0), training=stage_training)
-        if self.frozen_stages == len(self.stages):
-            x = tf.stop_gradient(x)
         with tf.variable_scope('global_pool'):
             x = self._bn_relu(x, 'bn', training)
             axes = [2, 3] if self.data_format == 'channels_first' else [1, 2]
@@ -318,12 +311,6 @@ def class_partitioner(shards):
         dims = shape.as_list()
         return [1] * (len(dims) - 1) + [max(1, min(shards, dims[-1]))]
     return partitioner
-
-
-def frozen_variables(variables, scopes):
-    """The variables that live under one of `scopes` (ResNet.frozen_scopes)."""
-    prefixes = tuple(scope + '/' for scope in scopes)
-    return [v for v in variables if v.op.name.startswith(prefixes)]
 
 
 def trainable_under_fixblock2(variables):

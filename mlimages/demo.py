@@ -6,7 +6,8 @@ the same path as real data (an image list -> make_tfrecords.build_records -> sha
 <demo_dir>/data/{train,val}), a ResNet-18 at 48x48 trains on them with train.py's code,
 and the demo then reports how much it learned (report):
 
-  mAP margin  validation mAP (evaluation.evaluate) - the label-frequency baseline's mAP
+  mAP margin  validation mAP (evaluation.evaluate_latest) - the label-frequency
+              baseline's mAP
   loss trend  mean weighted cross_entropy of the last quarter of the steps / the first
               quarter's (read back from the TensorBoard events, one value a step)
   learned     mAP margin >= MAP_MARGIN and loss trend <= LOSS_TREND
@@ -183,7 +184,7 @@ def report(settings, estimator):
     docstring's figures and verdict); returns (loss trend, the validation metrics)."""
     steps, ce = scalar_series(settings.output.model_dir, 'cross_entropy')
     trend = loss_trend(ce)
-    result = evaluation.evaluate(settings, estimator, files=evaluation.evaluation_files(
+    result = evaluation.evaluate_latest(settings, estimator, evaluation.evaluation_files(
         settings.data, settings.model.class_num))
     base_map, base_p1 = label_frequency_baseline(settings.data.data_dir)
     margin = result['mAP'] - base_map

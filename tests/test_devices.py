@@ -1,6 +1,7 @@
 """devices.py: the GPUs a process sees for --visiable_gpu/--num_gpus, the thread plan of
 --tf_gpu_thread_mode, the session options every session gets, and the process's CPU share
 (affinity, cgroup quota, tasks of the node) with the threads sized to it."""
+import dataclasses
 import json
 import os
 
@@ -183,7 +184,8 @@ def test_augmentation_is_kept_out_of_xla_clusters(tmp_path):
         images = tf.zeros([2, 32, 32, 3], tf.uint8)
         labels = tf.zeros([2, 5])
         opts = settings(model_dir=str(tmp_path), class_num=5, resnet_size=18, image_size=32)
-        derived = estimator_lib.derived_values(laid_out(opts))._replace(images_per_step=2)
+        derived = dataclasses.replace(estimator_lib.derived_values(laid_out(opts)),
+                                      images_per_step=2)
         model_fn.make_model_fn(model_parts(opts), derived)({'image': images}, labels,
                                                        tf.estimator.ModeKeys.TRAIN)
         kept_out = {op.type for op in graph.get_operations()

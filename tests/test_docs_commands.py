@@ -325,6 +325,23 @@ def test_the_checks_find_a_bare_interpreter_and_a_bad_tool_line():
 # A documented lr may be a rounded figure: within 5 % of its rule (train.py warns at 2x).
 LR_TOLERANCE = 0.05
 TRAINING_MODES = ('train', 'train_and_eval')
+# train.sh's warm-up start at the paper's 4,096 images a step (lr_rule's docstring).
+PRETRAINING_WARMUP_LR = 0.01
+
+
+def pretraining_warmup_lr(batch):
+    """The docs' rule of the warm-up start at B: lr_warmup = 0.01 x B / 4,096."""
+    from mlimages.run import lr_rule
+    return PRETRAINING_WARMUP_LR * batch / lr_rule.PRETRAINING_BATCH
+
+
+def scaled_steps(steps, batch, kind):
+    """The docs' rule of a step count of the kind's reference run at B: steps x reference
+    B / B."""
+    from mlimages.run import lr_rule
+    reference = (lr_rule.PRETRAINING_BATCH if kind == lr_rule.PRETRAINING
+                 else lr_rule.FINE_TUNE_BATCH)
+    return int(round(steps * reference / float(batch)))
 IMAGE = 'ml-images-trainer'  # the Dockerfile's image: its entry point is train.py
 
 
@@ -459,11 +476,11 @@ def rule_problems(where, args, row):
     steps = [('lr_decay_step', 110000 if row['kind'] == lr_rule.PRETRAINING else 150000)]
     if row['kind'] == lr_rule.PRETRAINING and schedule.warmup > 0:
         steps += [('warmup', 35200), ('lr_warmup_decay_step', 4400)]
-        if abs(schedule.lr_warmup / lr_rule.pretraining_warmup_lr(batch) - 1) > LR_TOLERANCE:
+        if abs(schedule.lr_warmup / pretraining_warmup_lr(batch) - 1) > LR_TOLERANCE:
             problems.append('lr_warmup %g' % schedule.lr_warmup)
     # The reference runs' step counts belong to their data: checked where it is theirs.
     for name, reference in steps if row['epochs'] is not None else ():
-        value, rule = getattr(schedule, name), lr_rule.scaled_steps(reference, batch, row['kind'])
+        value, rule = getattr(schedule, name), scaled_steps(reference, batch, row['kind'])
         if value and abs(value / rule - 1) > LR_TOLERANCE:
             problems.append('--%s=%d, the rule %d' % (name, value, rule))
     problems += ['no --%s' % name for name in ('batch_size', 'max_to_keep')

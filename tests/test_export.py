@@ -291,7 +291,7 @@ def scores_of_eval(data, model_dir, checkpoint):
 
 def test_calibrated_thresholds_from_eval_to_predict_and_the_saved_model(exported, jpegs,
                                                                         tmp_path, capsys):
-    """The evaluation of --mode=eval --threshold=calibrated (training.evaluate) writes the
+    """The evaluation of --mode=eval --threshold=calibrated (evaluation.evaluate) writes the
     reference's thresholds (every score of the val split tried; class 3 has no positive
     there and keeps 0.5) and reports F1 at 0.5 (its own micro_f1 / macro_f1) and at them;
     predict.py --threshold=calibrated and the SavedModel's positives use them."""

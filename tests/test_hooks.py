@@ -24,9 +24,10 @@ def run_steps(monkeypatch, steps, global_advance, seconds, job, max_steps=100):
         step = tf.train.get_or_create_global_step()
         advance = tf.assign_add(step, global_advance)
         hooks.publish_step_after(advance)
-        hook = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=2,
-                                     max_steps=max_steps, images_per_global_step=8,
-                                     worker_name='worker:0', job=job)
+        hook = hooks.TrainingLogHook(tensors={'cross_entropy': tf.constant(2.0)},
+                                     images_per_step=8, every_n=2, max_steps=max_steps,
+                                     images_per_global_step=8, worker_name='worker:0',
+                                     job=job)
         with tf.train.MonitoredSession(hooks=[hook]) as session:
             for _ in range(steps):
                 clock[0] += seconds
@@ -121,8 +122,9 @@ def test_the_interval_line_names_a_step_slower_than_10x_the_median_in_a_job(
     with tf.Graph().as_default():
         advance = tf.assign_add(tf.train.get_or_create_global_step(), 1)
         hooks.publish_step_after(advance)
-        hook = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=7,
-                                     worker_name='chief:0', job=job)
+        hook = hooks.TrainingLogHook(tensors={'cross_entropy': tf.constant(2.0)},
+                                     images_per_step=8, every_n=7, worker_name='chief:0',
+                                     job=job)
         timer = StepTime(clock, [0.5] * 6 + [slow])
         with tf.train.MonitoredSession(hooks=[timer, hook]) as session:
             for _ in range(7):
@@ -146,7 +148,8 @@ def test_a_step_is_one_run_and_the_stop_sees_the_step_after_its_update(monkeypat
         advance = tf.assign_add(tf.train.get_or_create_global_step(), 2)
         hooks.publish_step_after(advance)
         tracker = hooks.StepTracker()
-        log = hooks.TrainingLogHook({'cross_entropy': tf.constant(2.0)}, 8, every_n=2)
+        log = hooks.TrainingLogHook(tensors={'cross_entropy': tf.constant(2.0)},
+                                    images_per_step=8, every_n=2)
         with tf.train.MonitoredSession(hooks=[counter, tracker, log,
                                               hooks.StopAtGlobalStepHook(5)]) as session:
             while not session.should_stop():

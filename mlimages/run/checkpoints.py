@@ -245,8 +245,8 @@ NOT_WARM_STARTED = ('logits/', 'global_step', 'Momentum', 'pos_count', 'neg_coun
 def model_variable_shapes(resnet_size, class_num, image_size, data_format):
     """{name: shape} of the model variables of a ResNet (no training ops)."""
     with tf.Graph().as_default():
-        model = resnet.ResNet(resnet_size, class_num, data_format)
-        model(tf.zeros([1, image_size, image_size, 3]), True)
+        network = resnet.ResNet(resnet_size, class_num, data_format)
+        network(tf.zeros([1, image_size, image_size, 3]), True)
         return {v.op.name: v.shape.as_list() for v in tf.global_variables()}
 
 

@@ -3,6 +3,7 @@ the values resolved for this process (--data_format, --augment_on), the model_fn
 Derived values, the session options, the input functions. training.py trains with them,
 evaluation.py evaluates.
 """
+import dataclasses
 import functools
 import logging
 import os
@@ -98,12 +99,12 @@ def derived_values(settings, plan=None, warm_start=None):
         class_report=class_report_of(settings, leaves) if evaluates else None)
     if plan is None:
         return derived
-    return derived._replace(images_per_step=plan.images_per_step,
-                            images_per_global_step=plan.images_per_global_step,
-                            worker_name=plan.task.label if plan.task else 'worker',
-                            job=plan.task is not None, head_shards=plan.head_shards,
-                            stop_together=plan.distribution == 'collective',
-                            checkpoint_dir=plan.own_checkpoint_dir(model_dir))
+    return dataclasses.replace(derived, images_per_step=plan.images_per_step,
+                               images_per_global_step=plan.images_per_global_step,
+                               worker_name=plan.task.label if plan.task else 'worker',
+                               job=plan.task is not None, head_shards=plan.head_shards,
+                               stop_together=plan.distribution == 'collective',
+                               checkpoint_dir=plan.own_checkpoint_dir(model_dir))
 
 
 def class_report_of(settings, leaves):

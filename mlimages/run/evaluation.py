@@ -1,9 +1,11 @@
-"""Evaluation with tf.estimator: a checkpoint on --test_iter batches of val (0 = all),
-train_and_eval's evaluations and an evaluator task's spec; with --threshold=calibrated
-the per-class thresholds chosen on the way (calibration.py); each writes its per-class
-report (class_report.py, through model_fn.Derived.class_report). Errors: errors.UsageError
-before a graph exists, errors.TrainingError (one line) after.
+"""Evaluation with tf.estimator on --test_iter batches of val (0 = all): --mode=eval's of a
+checkpoint with an Estimator of its own (evaluate), train_and_eval's and the demo's of the
+latest with the run's (evaluate_latest), and an evaluator task's spec; with
+--threshold=calibrated the per-class thresholds chosen on the way (calibration.py); each
+writes its per-class report (class_report.py, through model_fn.Derived.class_report).
+Errors: errors.UsageError before a graph exists, errors.TrainingError (one line) after.
 """
+import dataclasses
 import os
 
 import tensorflow.compat.v1 as tf
@@ -13,7 +15,7 @@ from mlimages.data import records
 from mlimages.errors import TrainingError, UsageError, op_error_text
 from mlimages.run import calibration
 from mlimages.run import checkpoints
-from mlimages.run import estimator as estimator_lib
+from mlimages.run import estimator
 
 
 def evaluation_files(data, class_num):
@@ -30,13 +32,14 @@ def cluster_eval_spec(settings, val_files):
     the checkpoint of global step --max_iter."""
     evaluation = settings.evaluation
     return tf.estimator.EvalSpec(
-        estimator_lib.eval_input_fn(settings.data, settings.model, val_files,
-                                    estimator_lib.crop_seed(settings.training)),
-        steps=estimator_lib.evaluation_batches(evaluation.test_iter),
+        estimator.eval_input_fn(settings.data, settings.model, val_files,
+                                estimator.crop_seed(settings.training)),
+        steps=estimator.evaluation_batches(evaluation.test_iter),
         start_delay_secs=0, throttle_secs=evaluation.eval_throttle_secs)
 
 
 def format_metrics(results):
+    """The log line's metrics: 'name = value' by name, the global step left out."""
     return ', '.join('%s = %.4f' % (k, v) for k, v in sorted(results.items())
                      if k != 'global_step')
 
@@ -55,49 +58,69 @@ def evaluation_estimator(settings):
     """(the Estimator of --mode=eval, the calibration.ScoreCollector of
     --threshold=calibrated or None, the class_report.ClassReport: with a collector its
     table waits for the calibrated thresholds)."""
-    settings = estimator_lib.for_this_process(settings)
-    derived, collector = estimator_lib.derived_values(settings), None
+    settings = estimator.for_this_process(settings)
+    derived, collector = estimator.derived_values(settings), None
     if settings.inference.threshold == calibration.CALIBRATED:
         collector = calibration.ScoreCollector(settings.training.mask_thres)
-        derived = derived._replace(score_hook=collector.hook)
+        derived = dataclasses.replace(derived, score_hook=collector.hook)
         derived.class_report.deferred = True
-    return estimator_lib.make_estimator(settings, derived), collector, derived.class_report
+    return estimator.make_estimator(settings, derived), collector, derived.class_report
 
 
-def evaluate(settings, estimator=None, checkpoint_path=None, files=None, run_hooks=()):
-    """Evaluates a checkpoint on --test_iter batches of val (0 = all); returns the metrics.
-    Without an estimator: --checkpoint_path, else the latest in --model_dir; with
-    --threshold=calibrated also chooses the thresholds per class on these batches
-    (calibration.calibrate: thresholds.txt beside the checkpoint, F1 global vs calibrated
-    in the metrics). settings: the run's Settings (the data, model, training, output,
-    evaluation and inference groups)."""
+def evaluate(settings, run_hooks=()):
+    """--mode=eval: evaluates --checkpoint_path, else the latest checkpoint of --model_dir,
+    with an Estimator of its own (evaluate_checkpoint); with --threshold=calibrated also
+    chooses the thresholds per class on these batches (calibrate_and_report). Returns the
+    metrics. settings: the run's Settings (the data, model, training, output, evaluation
+    and inference groups); run_hooks: more SessionRunHooks of the evaluation."""
     data, model, output = settings.data, settings.model, settings.output
-    test_iter = settings.evaluation.test_iter
-    collector = None
-    if estimator is None:
-        files = evaluation_files(data, model.class_num)
-        checkpoint_path = evaluation_checkpoint(settings.task.checkpoint_path, output.model_dir)
-        estimator_lib.log_to_file(output.log_dir)
-        estimator, collector, report = evaluation_estimator(settings)
-    checkpoint_path = checkpoint_path or checkpoints.latest_checkpoint(output.model_dir)
+    files = evaluation_files(data, model.class_num)
+    checkpoint_path = evaluation_checkpoint(settings.task.checkpoint_path, output.model_dir)
+    estimator.log_to_file(output.log_dir)
+    eval_estimator, collector, report = evaluation_estimator(settings)
+    results = evaluate_checkpoint(settings, eval_estimator, checkpoint_path, files, run_hooks)
+    if collector is not None:
+        results.update(calibrate_and_report(settings, collector, report, checkpoint_path))
+    return results
+
+
+def evaluate_latest(settings, run_estimator, files, run_hooks=()):
+    """Evaluates the latest checkpoint of --model_dir with the run's Estimator on `files`
+    (train_and_eval's evaluations, the demo's); returns the metrics."""
+    return evaluate_checkpoint(settings, run_estimator,
+                               checkpoints.latest_checkpoint(settings.output.model_dir),
+                               files, run_hooks)
+
+
+def evaluate_checkpoint(settings, run_estimator, checkpoint_path, files, run_hooks=()):
+    """Evaluates checkpoint_path with the Estimator on --test_iter batches of `files`
+    (0 = all) and logs the metrics; returns them. Raises errors.TrainingError (one line)
+    for a TensorFlow error."""
+    data, model, test_iter = settings.data, settings.model, settings.evaluation.test_iter
     checkpoints.check_checkpoint_head(checkpoint_path, model.class_num)
     try:
-        results = estimator.evaluate(
-            estimator_lib.eval_input_fn(data, model, files,
-                                        estimator_lib.crop_seed(settings.training)),
-            steps=estimator_lib.evaluation_batches(test_iter),
+        results = run_estimator.evaluate(
+            estimator.eval_input_fn(data, model, files, estimator.crop_seed(settings.training)),
+            steps=estimator.evaluation_batches(test_iter),
             checkpoint_path=checkpoint_path, hooks=run_hooks)
     except tf.errors.OpError as e:
         raise TrainingError('evaluating %s: %s' % (checkpoint_path, op_error_text(e)))
     tf.logging.info('evaluated %s (global step %d) on %s val batches: %s', checkpoint_path,
                     results['global_step'], test_iter or 'all', format_metrics(results))
-    if collector is not None:
-        found, _, lines, (chosen, counts) = calibration.calibrate(
-            collector, checkpoint_path, settings.inference.threshold,
-            '%s val batches of %s (%s)' % (test_iter or 'all', data.data_dir,
-                                          os.path.basename(checkpoint_path)))
-        results.update(found)
-        for line in lines:
-            tf.logging.info('%s', line)
-        report.write(chosen, counts)
     return results
+
+
+def calibrate_and_report(settings, collector, report, checkpoint_path):
+    """--threshold=calibrated after an evaluation of checkpoint_path: the per-class
+    thresholds chosen on the collector's scores (calibration.calibrate: thresholds.txt
+    beside the checkpoint), its lines logged, the deferred per-class report written at
+    them. Returns the metrics it adds (F1 global vs calibrated)."""
+    test_iter = settings.evaluation.test_iter
+    found, _, lines, (chosen, counts) = calibration.calibrate(
+        collector, checkpoint_path, settings.inference.threshold,
+        '%s val batches of %s (%s)' % (test_iter or 'all', settings.data.data_dir,
+                                      os.path.basename(checkpoint_path)))
+    for line in lines:
+        tf.logging.info('%s', line)
+    report.write(chosen, counts)
+    return found

@@ -69,7 +69,7 @@ def step_after():
 class TrainingLogHook(tf.train.SessionRunHook):
     """The interval's log line (see the module docstring); tensors: {name: scalar}."""
 
-    def __init__(self, tensors, images_per_step, every_n, max_steps=None,
+    def __init__(self, *, tensors, images_per_step, every_n, max_steps=None,
                  images_per_global_step=None, worker_name=None, job=False):
         self._tensors = tensors
         self._images = images_per_step

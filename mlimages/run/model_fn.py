@@ -11,8 +11,8 @@ Momentum, and the summaries.
                      this replica's batch-norm updates)
       optimizer  Momentum(opt_momentum) ('mom') or GradientDescent ('sgd')
       lr         lr_schedule.learning_rate(global_step, schedule='piecewise'|'exponential')
-      var_list   every trainable variable, or under FixBlock2 (frozen_stages 2) those whose
-                 name contains stages_2, stages_3, global_pool or logits
+      var_list   every trainable variable, or under FixBlock2 those whose name contains
+                 stages_2, stages_3, global_pool or logits
 
 Summaries (training and evaluation; a prediction graph has none): images, cross_entropy,
 train_accuracy, learning_rate, skipped_records and the loss's histograms; evaluation
@@ -30,6 +30,7 @@ resolved, data, training, schedule, finetune, output, inference), and what is de
 from them for this process, as a Derived.
 """
 import collections
+import dataclasses
 
 import tensorflow.compat.v1 as tf
 
@@ -39,7 +40,7 @@ from mlimages.distributed import distribute
 from mlimages.run import hooks
 import image_preprocess
 from mlimages.data import input_pipeline
-from mlimages.model import loss as loss_lib
+from mlimages.model import loss
 from mlimages.model import lr_schedule
 from mlimages.model import metrics
 from mlimages.model import precision
@@ -58,25 +59,26 @@ def parts(settings, data_format):
                  settings.inference)
 
 
-# What the model_fn needs beyond the settings: the values derived for this process.
-Derived = collections.namedtuple('Derived', [
-    'images_per_step',         # images a training step of this process: replicas x batch
-    'images_per_global_step',  # images a global step of the whole job
-    'max_steps',               # the last global step (--max_iter), None = no end
-    'worker_name',             # the log line's name of this task
-    'job',                     # a task of a cluster: the log line adds the job's rate
-    'legacy_counters',         # model_dir holds the original program's counter names
-    'leaf_mask',               # --hierarchy: class_num bools, true for a leaf; or None
-    'warm_start',              # (checkpoint, variable names) to fine-tune from, or None
-    'head_shards',             # slices of the classifier head (ps mode: one a ps task)
-    'stop_together',           # a synchronous job: its tasks agree in each step on a stop
-    'score_hook',              # evaluation: hook(labels, scores) -> a SessionRunHook, or None
-    'cpu_input_grad',          # resnet's forward-conv input gradients (config/cpu.py)
-    'checkpoint_dir',          # where this task's saver writes: None = --model_dir
-    'class_report',            # evaluation: the class_report.ClassReport, or None
-    'watch',                   # a cluster task's peers.Watch: its saves are waits on the job
-], defaults=(None, None, None, 'worker', False, False, None, None, 1, False, None, False,
-             None, None, None))
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Derived:
+    """What the model_fn needs beyond the settings: the values derived for this process."""
+    # Images a training step of this process (replicas x batch), and a global step of the job.
+    images_per_step: int | None = None
+    images_per_global_step: int | None = None
+    max_steps: int | None = None  # the last global step (--max_iter), None = no end
+    worker_name: str = 'worker'  # the log line's name of this task
+    job: bool = False  # a task of a cluster: the log line adds the job's rate
+    legacy_counters: bool = False  # model_dir holds the original program's counter names
+    leaf_mask: tuple | None = None  # --hierarchy: class_num bools, true for a leaf; or None
+    warm_start: tuple | None = None  # (checkpoint, variable names) to fine-tune from, or None
+    head_shards: int = 1  # slices of the classifier head (ps mode: one a ps task)
+    stop_together: bool = False  # a synchronous job: its tasks agree in each step on a stop
+    score_hook: object = None  # evaluation: hook(labels, scores) -> a SessionRunHook, or None
+    cpu_input_grad: bool = False  # resnet's forward-conv input gradients (config/cpu.py)
+    checkpoint_dir: str | None = None  # where this task's saver writes: None = --model_dir
+    class_report: object = None  # evaluation: the class_report.ClassReport, or None
+    watch: object = None  # a cluster task's peers.Watch: its saves are waits on the job
+
 
 NON_FINITE_LOSS = 'non-finite training loss'
 # TensorFlow's own message when a histogram summary meets NaN/Inf ("Nan in summary
@@ -84,15 +86,13 @@ NON_FINITE_LOSS = 'non-finite training loss'
 NON_FINITE_SUMMARY = 'in summary histogram for'
 
 
-def trained_variables(variables, model):
-    """The variables the optimizer updates: all of them, or with frozen stages the
-    original's FixBlock2 set (resnet.trainable_under_fixblock2: names containing stages_2,
-    stages_3, global_pool or logits) -- for another frozen_stages, those outside
-    model.frozen_scopes()."""
-    if model.frozen_stages == 2:
+def trained_variables(variables, network):
+    """The variables the optimizer updates: all of them, or under the network's FixBlock2
+    the original's set (resnet.trainable_under_fixblock2: names containing stages_2,
+    stages_3, global_pool or logits)."""
+    if network.fix_block2:
         return resnet.trainable_under_fixblock2(variables)
-    frozen = resnet.frozen_variables(variables, model.frozen_scopes())
-    return [v for v in variables if v not in frozen]
+    return variables
 
 
 class MomentumOptimizer(distribute.FinishOnce, tf.train.MomentumOptimizer):
@@ -159,43 +159,43 @@ def make_model_fn(parts, derived):
 
 def resnet_model_fn(features, labels, mode, parts, derived):
     """The EstimatorSpec of a batch (see the module docstring)."""
-    training = mode == tf.estimator.ModeKeys.TRAIN
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
     images, labels, skipped = batch_of(features, labels, parts.model.class_num)
-    model, logits, own_updates = network(images, mode, parts, derived)
+    network, logits, own_updates = build_network(images, mode, parts, derived)
     predictions = {
         'classes': tf.argmax(logits, axis=1),
         'probabilities': tf.nn.softmax(logits),
         'scores': tf.sigmoid(logits),
-        'features': model.features,
+        'features': network.features,
     }
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode=mode, predictions=predictions)
 
-    per_image, cross_entropy, loss, finite = losses(labels, logits, mode, parts)
+    per_image, cross_entropy, total_loss, finite = losses(labels, logits, mode, parts)
     accuracy = tf.metrics.accuracy(tf.argmax(labels, axis=1), predictions['classes'])
     tf.summary.scalar('train_accuracy', accuracy[1])
     train_op, training_hooks = None, []
-    if training:
+    if is_training:
         logged = {'cross_entropy': cross_entropy, 'train_accuracy': accuracy[1]}
         train_op, training_hooks = training_step(
-            loss, finite, trained_variables(tf.trainable_variables(), model), own_updates,
-            logged, skipped, parts, derived)
+            total_loss, finite, trained_variables(tf.trainable_variables(), network),
+            own_updates, logged, skipped, parts, derived)
     eval_metrics, evaluation_hooks = None, []
     if mode == tf.estimator.ModeKeys.EVAL:
-        eval_metrics, evaluation_hooks = evaluation(labels, predictions['scores'], per_image,
-                                                    parts, derived)
+        eval_metrics, evaluation_hooks = evaluation_metrics_and_hooks(
+            labels, predictions['scores'], per_image, parts, derived)
     scaffold = None
     # fp16: a checkpoint of another --dtype restores, its loss scaling started afresh.
-    if derived.legacy_counters or (training and parts.model.dtype == 'fp16'):
+    if derived.legacy_counters or (is_training and parts.model.dtype == 'fp16'):
         # Built last: the saver must see every variable, the Momentum slots included.
         scaffold = tf.train.Scaffold(saver=checkpoints.saver(parts.output.max_to_keep,
                                                              derived.legacy_counters))
     chief_hooks = []
-    if training:
+    if is_training:
         saver = saver_hook(parts.output, derived, scaffold)
         (training_hooks if derived.stop_together else chief_hooks).append(saver)
     return tf.estimator.EstimatorSpec(
-        mode=mode, predictions=predictions, loss=loss, train_op=train_op,
+        mode=mode, predictions=predictions, loss=total_loss, train_op=train_op,
         eval_metric_ops=eval_metrics, training_hooks=training_hooks,
         training_chief_hooks=chief_hooks, evaluation_hooks=evaluation_hooks,
         scaffold=scaffold)
@@ -215,80 +215,80 @@ def batch_of(features, labels, class_num):
     return features, labels, skipped
 
 
-def network(images, mode, parts, derived):
-    """(the resnet.ResNet, its float32 logits, this replica's batch-norm updates) of the
-    batch; the fine-tuning checkpoint's initializers set when training."""
-    model_group, finetune = parts.model, parts.finetune
-    training = mode == tf.estimator.ModeKeys.TRAIN
+def build_network(images, mode, parts, derived):
+    """Builds the network on the batch; returns (the resnet.ResNet, its float32 logits,
+    this replica's batch-norm updates). Training sets the fine-tuning checkpoint's
+    initializers."""
+    model, finetune = parts.model, parts.finetune
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
     # uint8 batches (--augment_on=device) are augmented here, on the training device.
     # Kept out of XLA clusters: the augmentation's per-step partition sizes vary, and a
     # cluster built on them would be recompiled at every new shape.
     with tf.xla.experimental.jit_scope(compile_ops=False):
-        images = image_preprocess.network_input(images, training)
+        images = image_preprocess.network_input(images, is_training)
     if mode != tf.estimator.ModeKeys.PREDICT:  # no summary in an inference graph
         tf.summary.image('images', (images + 1.0) / 2.0, max_outputs=6)
-    model = resnet.ResNet(model_group.resnet_size, model_group.class_num,
-                          model_group.data_format, model_group.batch_norm_decay,
-                          model_group.batch_norm_epsilon, 2 if finetune.FixBlock2 else 0,
-                          finetune.frozen_bn, derived.head_shards, derived.cpu_input_grad)
+    network = resnet.ResNet(model.resnet_size, model.class_num, model.data_format,
+                            model.batch_norm_decay, model.batch_norm_epsilon,
+                            fix_block2=finetune.FixBlock2,
+                            frozen_bn=finetune.frozen_bn, head_shards=derived.head_shards,
+                            cpu_input_grad=derived.cpu_input_grad)
     updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
-    with precision.model_scope(model_group.dtype):
-        logits = precision.float32(model(precision.model_input(images, model_group.dtype),
-                                         training))
+    with precision.model_scope(model.dtype):
+        logits = precision.float32(network(precision.model_input(images, model.dtype),
+                                           is_training))
     own_updates = distribute.own_update_ops(updates_before)
-    model.features = precision.float32(model.features)
-    if training and derived.warm_start:
+    network.features = precision.float32(network.features)
+    if is_training and derived.warm_start:
         # Changes only the initializers: a checkpoint in model_dir still wins on restart.
         checkpoint, names = derived.warm_start
         tf.train.init_from_checkpoint(checkpoint, {name: name for name in names})
-    return model, logits, own_updates
+    return network, logits, own_updates
 
 
 def losses(labels, logits, mode, parts):
-    """(evaluation's per-image cross-entropy or None, the reported cross-entropy, the loss,
-    training's finite-loss check or None), the summaries of the loss written."""
-    label_type, training_group = parts.data.label_type, parts.training
-    training = mode == tf.estimator.ModeKeys.TRAIN
+    """(evaluation's per-image cross-entropy or None, the reported cross-entropy, the total
+    loss, training's finite-loss check or None), the summaries of the loss written."""
+    label_type, training = parts.data.label_type, parts.training
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
     per_image = None
     if mode == tf.estimator.ModeKeys.EVAL:  # per image: the same figure at any batch size
-        per_image = loss_lib.per_image_cross_entropy_of(label_type, training_group, labels,
-                                                        logits)
+        per_image = loss.per_image_cross_entropy_of(label_type, training, labels, logits)
         cross_entropy, stats = tf.reduce_mean(per_image), {}
     else:
-        cross_entropy, stats = loss_lib.cross_entropy_of(label_type, training_group, labels,
-                                                         logits, update=training)
+        cross_entropy, stats = loss.cross_entropy_of(label_type, training, labels, logits,
+                                                     update=is_training)
     # Over every trainable variable as the original: the frozen ones add only a constant.
-    loss = cross_entropy + loss_lib.weight_decay_of(training_group, tf.trainable_variables())
+    total_loss = cross_entropy + loss.weight_decay_of(training, tf.trainable_variables())
     # With several replicas the step's cross_entropy is the mean over their batches (the
     # loss of the global batch; the gradient comes from each replica's own), and so is the
     # loss checked below: one all-reduce for both, and every replica sees the same check.
     reported_cross_entropy, job_loss = tf.unstack(
-        distribute.all_reduce_mean(tf.stack([cross_entropy, loss])))
+        distribute.all_reduce_mean(tf.stack([cross_entropy, total_loss])))
     tf.summary.scalar('cross_entropy', reported_cross_entropy)
     # A NaN/Inf loss fails the step before any variable changes, so no checkpoint (not
     # even the one saved at the end) can hold the broken weights. The histograms, which
     # reject NaN themselves, wait for this check: the same failure always gets its name.
-    finite = tf.debugging.check_numerics(job_loss, NON_FINITE_LOSS) if training else None
-    with tf.control_dependencies([finite] if training else []):
+    finite = tf.debugging.check_numerics(job_loss, NON_FINITE_LOSS) if is_training else None
+    with tf.control_dependencies([finite] if is_training else []):
         for name, tensor in sorted(stats.items()):
             tf.summary.histogram(name, tf.identity(tensor))
-    return per_image, reported_cross_entropy, loss, finite
+    return per_image, reported_cross_entropy, total_loss, finite
 
 
-def training_step(loss, finite, trained, own_updates, logged, skipped, parts, derived):
+def training_step(total_loss, finite, trained, own_updates, logged, skipped, parts, derived):
     """(train_op, training hooks): the optimizer's step on the trained variables at the
     schedule's rate, this replica's batch-norm updates, and the log line's hook of the
     logged tensors (the learning rate and skipped_records added)."""
-    training_group = parts.training
+    training = parts.training
     global_step = tf.train.get_or_create_global_step()
     lr = lr_schedule.learning_rate_of(parts.schedule, global_step)
     tf.summary.scalar('learning_rate', lr)
     # This replica's batch-norm updates run in the same step beside the apply
     # (distribute.own_update_ops: no gradient waits on them).
-    optimizer = make_optimizer(training_group.optimizer, checked(lr, finite),
-                               training_group.opt_momentum)
+    optimizer = make_optimizer(training.optimizer, checked(lr, finite), training.opt_momentum)
     optimizer = precision.wrap_optimizer(optimizer, parts.model.dtype)
-    gradients = optimizer.compute_gradients(loss, var_list=trained)
+    gradients = optimizer.compute_gradients(total_loss, var_list=trained)
     train_op = tf.group(optimizer.apply_gradients(gradients, global_step), *own_updates)
     hooks.publish_step_after(train_op)
     if derived.stop_together:
@@ -298,11 +298,13 @@ def training_step(loss, finite, trained, own_updates, logged, skipped, parts, de
         logged['skipped_records'] = tf.reduce_max(skipped)
         tf.summary.scalar('skipped_records', logged['skipped_records'])
     return train_op, [hooks.TrainingLogHook(
-        logged, derived.images_per_step, parts.output.log_interval, derived.max_steps,
-        derived.images_per_global_step, derived.worker_name, derived.job)]
+        tensors=logged, images_per_step=derived.images_per_step,
+        every_n=parts.output.log_interval, max_steps=derived.max_steps,
+        images_per_global_step=derived.images_per_global_step,
+        worker_name=derived.worker_name, job=derived.job)]
 
 
-def evaluation(labels, scores, per_image, parts, derived):
+def evaluation_metrics_and_hooks(labels, scores, per_image, parts, derived):
     """(the evaluation metrics, the evaluation hooks) of a batch's scores."""
     # The histograms of mAP cannot place a NaN: say what it means instead.
     scores = tf.debugging.check_numerics(
@@ -312,7 +314,7 @@ def evaluation(labels, scores, per_image, parts, derived):
         labels, scores, parts.training.mask_thres, threshold=calibration.global_threshold(
             parts.inference.threshold), class_masks=hierarchy_masks(derived.leaf_mask))
     eval_metrics['cross_entropy'] = tf.metrics.mean(per_image)
-    hooks_ = [derived.score_hook(labels, scores)] if derived.score_hook else []
+    eval_hooks = [derived.score_hook(labels, scores)] if derived.score_hook else []
     if derived.class_report:
-        hooks_.append(derived.class_report.hook(per_class))
-    return eval_metrics, hooks_
+        eval_hooks.append(derived.class_report.hook(per_class))
+    return eval_metrics, eval_hooks

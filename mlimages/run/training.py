@@ -8,6 +8,7 @@ tf.estimator.train_and_evaluate. Errors: errors.UsageError before a graph exists
 errors.TrainingError (one line with what to do) after.
 """
 import contextlib
+import dataclasses
 import os
 import signal
 
@@ -16,7 +17,7 @@ from tensorflow.python.framework import config as tf_config
 
 import file_db
 from mlimages import errors
-from mlimages.config import cpu as cpu_lib
+from mlimages.config import cpu
 from mlimages.config import interpreter, run_settings, value_checks
 from mlimages.data import records
 from mlimages.distributed import cluster_flags
@@ -27,7 +28,7 @@ from mlimages.distributed import ps_server
 from mlimages.errors import PeerLost, TrainingError, UsageError
 from mlimages.model import memory
 from mlimages.run import checkpoints
-from mlimages.run import estimator as estimator_lib
+from mlimages.run import estimator
 from mlimages.run import evaluation
 from mlimages.run import failures
 from mlimages.run import hooks
@@ -73,10 +74,10 @@ def training_files(data, class_num, plan):
     return share, record_shard
 
 
-def resume_point(model_dir):
-    """The chief's start in its model directory: the leftovers of a killed run removed, the
-    checkpoint to resume from made the latest (checkpoints.recover: a broken state file or
-    a damaged newest checkpoint never makes a run start over)."""
+def make_resumable(model_dir):
+    """Readies the chief's model directory for a resume: removes the leftovers of a killed
+    run and makes the checkpoint to resume from the latest (checkpoints.recover: a broken
+    state file or a damaged newest checkpoint never makes a run start over)."""
     left = run_dirs.remove_leftovers(model_dir)
     if left:
         tf.logging.info('removed what an earlier run left unfinished in %s: %s', model_dir,
@@ -84,10 +85,10 @@ def resume_point(model_dir):
     checkpoints.recover(model_dir)
 
 
-def remember_settings(model_dir, flags_txt):
-    """Writes the run's flags to <model_dir>/flags.txt (run_settings); a run that resumes
-    with other flags than the saved ones says which. flags_txt: (header lines, flag
-    lines)."""
+def write_flags_txt(model_dir, flags_txt):
+    """Writes the run's flags to <model_dir>/flags.txt (run_settings) and logs where; a run
+    that resumes with other flags than the saved ones says which. flags_txt: (header
+    lines, flag lines)."""
     header, lines = flags_txt
     saved = run_settings.read(model_dir)
     if saved and checkpoints.latest_checkpoint(model_dir):
@@ -108,10 +109,10 @@ def train(settings, flags_txt=None, extra_hooks=()):
     plan = cluster_plan(settings.task.mode, settings.cluster, settings.devices.num_gpus,
                         settings.data.batch_size, settings.output.model_dir)
     # ps tasks and an evaluator share the workers' flags but have no GPU: NHWC for them.
-    settings = estimator_lib.for_this_process(settings, cpu_fallback=not plan.trains)
+    settings = estimator.for_this_process(settings, cpu_fallback=not plan.trains)
     files, record_shard, val_files = input_files(settings.data, settings.model.class_num,
                                                  settings.task.mode, plan)
-    warm_start = pretrained_variables(settings.finetune, settings.model)
+    pretrained = pretrained_variables(settings.finetune, settings.model)
     memory_lines = (None, None)
     if plan.trains:  # before anything is written: a replica that cannot fit is a usage error
         memory_lines = memory.preflight(
@@ -120,19 +121,21 @@ def train(settings, flags_txt=None, extra_hooks=()):
             memory.gpu_memory(devices.gpu_count() > 0), settings.devices.memory_check)
     chief = plan.trains and (plan.task is None or plan.task.type == 'chief')
     open_directories(settings.output, plan, chief)
-    log_plan(settings, plan, chief, flags_txt)
+    log_role(settings, plan, chief)
+    claim_and_record(settings.output, plan, chief, flags_txt)
     log_inputs(plan, (files, record_shard, val_files), settings.evaluation,
                settings.schedule.max_iter, settings.output.model_dir)
     log_model(settings, memory_lines)
     checkpoints.check_checkpoint_head(
         checkpoints.latest_checkpoint(settings.output.model_dir), settings.model.class_num)
-    derived = estimator_lib.derived_values(
-        settings, plan, log_fine_tuning(settings.finetune, settings.model.class_num,
-                                        settings.output.model_dir, warm_start))
-    derived = derived._replace(watch=peers.for_task(
+    log_fix_block2(settings.finetune)
+    derived = estimator.derived_values(
+        settings, plan, warm_start_unless_resuming(pretrained, settings.output.model_dir,
+                                                   settings.model.class_num))
+    derived = dataclasses.replace(derived, watch=peers.for_task(
         plan, settings.cluster.peer_timeout, PROGRAM, tf.logging.info, tf.logging.warning))
-    estimator = estimator_lib.make_estimator(settings, derived, plan)
-    return train_with_hooks(estimator, settings, plan, chief, derived,
+    run_estimator = estimator.make_estimator(settings, derived, plan)
+    return train_with_hooks(run_estimator, settings, plan, chief, derived,
                             (files, record_shard, val_files), extra_hooks)
 
 
@@ -154,14 +157,14 @@ def open_directories(output, plan, chief):
     if chief:  # one trainer a model directory; evaluators and other tasks only read it
         run_dirs.check_directory(output.model_dir, 'model_dir')
         run_dirs.hold_lock(output.model_dir, 'trainer')
-    estimator_lib.log_to_file(output.log_dir, plan.log_name)
+    estimator.log_to_file(output.log_dir, plan.log_name)
     if chief:
-        resume_point(output.model_dir)
+        make_resumable(output.model_dir)
 
 
-def log_plan(settings, plan, chief, flags_txt):
-    """The task's role and devices, the epochs and start warnings of a trainer; an
-    independent run's claim of its --model_dir; the chief's flags.txt."""
+def log_role(settings, plan, chief):
+    """Logs the task's role and devices, and for a trainer its epochs and start warnings
+    (run_plan.start_warnings: the chief's include the checkpoints' disk)."""
     model_dir = settings.output.model_dir
     tf.logging.info('%s; %s; this process sees %d GPU(s)', plan.role,
                     distribute.describe_devices(plan, settings.data.batch_size),
@@ -172,10 +175,16 @@ def log_plan(settings, plan, chief, flags_txt):
         for line in run_plan.start_warnings(settings, plan, chief,
                                             run_plan.free_disk(model_dir)):
             tf.logging.warning(line)
-    if plan.task is None and plan.worker_num > 1:  # an independent run: its own model_dir
-        cluster_flags.claim_model_dir(model_dir, plan.worker_id, plan.worker_num)
+
+
+def claim_and_record(output, plan, chief, flags_txt):
+    """Claims --model_dir for an independent run (cluster_flags.claim_model_dir: a worker's
+    own), and the chief records the run's flags there (write_flags_txt; flags_txt: (header
+    lines, flag lines), or None: nothing written)."""
+    if plan.task is None and plan.worker_num > 1:
+        cluster_flags.claim_model_dir(output.model_dir, plan.worker_id, plan.worker_num)
     if flags_txt and chief:
-        remember_settings(model_dir, flags_txt)
+        write_flags_txt(output.model_dir, flags_txt)
 
 
 def log_inputs(plan, inputs, evaluation_group, max_iter, model_dir):
@@ -203,9 +212,9 @@ def log_inputs(plan, inputs, evaluation_group, max_iter, model_dir):
 
 def cpu_line():
     """The log's line on the CPU and the kernel choices made from it (config/cpu.py)."""
-    this_cpu = cpu_lib.this_cpu()
-    onednn = cpu_lib.onednn(this_cpu, os.environ)
-    grad = estimator_lib.input_grad_choice()
+    this_cpu = cpu.this_cpu()
+    onednn = cpu.onednn(this_cpu, os.environ)
+    grad = estimator.input_grad_choice()
     return 'CPU %s: oneDNN kernels %s (%s); stride-1 convolution input gradients %s (%s)' % (
         this_cpu.model or 'unknown', 'on' if onednn.value else 'off', onednn.reason,
         'as forward convolutions' if grad.value else 'the kernels\' own',
@@ -240,10 +249,10 @@ def log_model(settings, memory_lines):
                         'warm-up)', settings.schedule.lr)
 
 
-def train_with_hooks(estimator, settings, plan, chief, derived, inputs, extra_hooks):
+def train_with_hooks(run_estimator, settings, plan, chief, derived, inputs, extra_hooks):
     """Trains with the session hooks of the task (training_session_hooks), a failure said
     in one line (failure_error); a ps task serves instead. derived: the model_fn.Derived
-    of the estimator (its peer watch, stopped once training returns). Returns the
+    of the Estimator (its peer watch, stopped once training returns). Returns the
     Estimator."""
     output, max_iter, watch = settings.output, settings.schedule.max_iter, derived.watch
     tracker = hooks.StepTracker()
@@ -263,10 +272,10 @@ def train_with_hooks(estimator, settings, plan, chief, derived, inputs, extra_ho
         with preempt if plan.trains else contextlib.nullcontext(), \
                 op_determinism(settings.training.deterministic):
             if plan.task is not None and plan.task.type == 'ps':
-                serve_ps(estimator, plan, watch)
-                return estimator
+                serve_ps(run_estimator, plan, watch)
+                return run_estimator
             try:
-                train_all(estimator, settings, plan, inputs, run_hooks, stop_hook,
+                train_all(run_estimator, settings, plan, inputs, run_hooks, stop_hook,
                           preempt.requested)
             finally:
                 if watch:  # after the session's end and its last save: no wait is left
@@ -281,7 +290,7 @@ def train_with_hooks(estimator, settings, plan, chief, derived, inputs, extra_ho
         ps_server.report_done(plan.task.cluster, plan.worker_id, tf.logging.warning)
     tf.logging.info('done; TensorBoard: %s --logdir %s', interpreter.script_command(
         'tensorboard'), output.model_dir)
-    return estimator
+    return run_estimator
 
 
 def training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hooks):
@@ -334,13 +343,13 @@ def op_determinism(enabled):
         tf_config.disable_op_determinism()
 
 
-def serve_ps(estimator, plan, watch):
+def serve_ps(run_estimator, plan, watch):
     """A ps task: TensorFlow's server (as train_and_evaluate starts it) until the chief and
     the workers are done (ps_server.serve)."""
     # Nothing of a ps task is saved: a signal ends it at once (the default action).
     for signum in preemption.SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
-    config = estimator.config
+    config = run_estimator.config
     server = tf.distribute.Server(
         config.cluster_spec, job_name=config.task_type, task_index=config.task_id,
         config=tf.ConfigProto(gpu_options=config.session_config.gpu_options),
@@ -348,18 +357,18 @@ def serve_ps(estimator, plan, watch):
     ps_server.serve(server, plan.task.cluster, plan.task.index, watch, tf.logging.info)
 
 
-def train_all(estimator, settings, plan, inputs, run_hooks, stop_hook, stop):
+def train_all(run_estimator, settings, plan, inputs, run_hooks, stop_hook, stop):
     """The training of the mode: to --max_iter, or in train_and_eval mode in pieces of
     --test_interval steps with an evaluation after each, until stop() (a signal).
     inputs: (training files, record-level split, val files)."""
     files, record_shard, val_files = inputs
     max_iter, model_dir = settings.schedule.max_iter, settings.output.model_dir
-    input_fn = estimator_lib.training_input_fn(
-        settings.data, settings.model, files, estimator_lib.crop_seed(settings.training),
+    input_fn = estimator.training_input_fn(
+        settings.data, settings.model, files, estimator.crop_seed(settings.training),
         record_shard)
     if plan.distribution in ('ps', 'collective'):
-        tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(
-            input_fn, max_steps=estimator_lib.training_steps(max_iter), hooks=run_hooks),
+        tf.estimator.train_and_evaluate(run_estimator, tf.estimator.TrainSpec(
+            input_fn, max_steps=estimator.training_steps(max_iter), hooks=run_hooks),
             evaluation.cluster_eval_spec(settings, val_files))
     elif settings.task.mode == 'train_and_eval':
         test_interval = settings.evaluation.test_interval
@@ -367,13 +376,12 @@ def train_all(estimator, settings, plan, inputs, run_hooks, stop_hook, stop):
         last = max_iter if max_iter > 0 else float('inf')
         while step < last and not stop():
             step = min(last, (step // test_interval + 1) * test_interval)
-            estimator.train(input_fn=input_fn, max_steps=step, hooks=run_hooks)
+            run_estimator.train(input_fn=input_fn, max_steps=step, hooks=run_hooks)
             if not stop():
-                evaluation.evaluate(settings, estimator, files=val_files,
-                                    run_hooks=[stop_hook])
+                evaluation.evaluate_latest(settings, run_estimator, val_files, [stop_hook])
     else:
-        estimator.train(input_fn=input_fn, max_steps=estimator_lib.training_steps(max_iter),
-                        hooks=run_hooks)
+        run_estimator.train(input_fn=input_fn, max_steps=estimator.training_steps(max_iter),
+                            hooks=run_hooks)
 
 
 def pretrained_variables(finetune, model):
@@ -387,23 +395,28 @@ def pretrained_variables(finetune, model):
     return checkpoint, checkpoints.warm_start_names(checkpoint, shapes, model.resnet_size)
 
 
-def log_fine_tuning(finetune, class_num, model_dir, warm_start):
-    """Says what --pretrain_ckpt / --FixBlock2 do in this run; returns warm_start or None
-    when model_dir's own checkpoint takes precedence (a restart)."""
+def log_fix_block2(finetune):
+    """Logs what --FixBlock2 freezes in this run, if it is on (finetune: the flags.Finetune
+    group)."""
     if finetune.FixBlock2:
         tf.logging.info('FixBlock2: init and stages 0-1 are frozen (not trained, batch norm '
                         'in %s mode)%s', finetune.frozen_bn, '' if finetune.pretrain_ckpt else
                         ' -- without --pretrain_ckpt they keep their random initialisation')
-    if not warm_start:
+
+
+def warm_start_unless_resuming(pretrained, model_dir, class_num):
+    """The run's warm start: pretrained ((checkpoint, names) of --pretrain_ckpt, or None),
+    or None when model_dir's own checkpoint takes precedence (a restart); logs which."""
+    if not pretrained:
         return None
     if checkpoints.latest_checkpoint(model_dir):
         tf.logging.info('--pretrain_ckpt is not used: %s already holds a checkpoint, training '
                         'resumes from it', model_dir)
         return None
-    checkpoint, names = warm_start
+    checkpoint, names = pretrained
     head = dict(tf.train.list_variables(checkpoint)).get('logits/dense/bias')
     tf.logging.info('fine-tuning from %s: %d variables restored (%d batch-norm moving '
                     'statistics); new head of %d classes%s', checkpoint, len(names),
                     sum('moving_' in n for n in names), class_num,
                     ' (the checkpoint\'s has %d)' % head[0] if head else '')
-    return warm_start
+    return pretrained
