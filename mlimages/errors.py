@@ -8,8 +8,8 @@ a directory, an archive, an image list or image, a TF_CONFIG) are exit status 2 
 program meets them, too. PeerLost: a task of a cluster job was lost, so this one ends
 (exit status 200, retryable). Interrupted and Stopped: a signal (exit status 128 + the signal: 143
 for SIGTERM, 130 for SIGINT); stop_raises makes SIGTERM stop a program as Ctrl-C does, and
-`stopped` names either for the one line. Each type's `status` is that exit status, and
-`report` writes the one line and gives it.
+`stopped` names either for the one line. Each type's `status` is that exit status (the
+input errors' 2 is BadInput's), and `report` writes the one line and gives it.
 """
 import signal
 import sys
@@ -19,9 +19,14 @@ import sys
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class UsageError(ValueError):
-    """A bad flag value or input: reported as one line before any graph is built."""
+class BadInput:
+    """What every input error below shares: exit status 2 where a program reports one (a
+    mixin of their types, not caught itself)."""
     status = 2
+
+
+class UsageError(BadInput, ValueError):
+    """A bad flag value or input: reported as one line before any graph is built."""
 
 
 class TrainingError(RuntimeError):
@@ -106,19 +111,16 @@ def report(prog, error):
 # ------------------------------------------------- the input errors of each part
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput, ValueError):
     """A TF_CONFIG or flag combination that cannot work; its message is one line."""
-    status = 2
 
 
-class DataError(ValueError):
+class DataError(BadInput, ValueError):
     """Bad or missing input data; its message is one line naming the path."""
-    status = 2
 
 
-class HierarchyError(ValueError):
+class HierarchyError(BadInput, ValueError):
     """A hierarchy file that cannot be used; the message is one line: file:line: what, fix."""
-    status = 2
 
     def __init__(self, path, lineno, problem, fix):
         where = '%s:%d' % (path, lineno) if lineno else str(path)
@@ -135,29 +137,24 @@ class RestartLoop(Exception):
         self.restarts = restarts
 
 
-class DirectoryError(ValueError):
+class DirectoryError(BadInput, ValueError):
     """A directory that cannot be used; its message is one line naming it and the fix."""
-    status = 2
 
 
-class ArchiveError(Exception):
+class ArchiveError(BadInput, Exception):
     """An archive that cannot be read as a tar; str() names it (one line)."""
-    status = 2
 
 
-class ConvertError(ValueError):
+class ConvertError(BadInput, ValueError):
     """Bad input for the whole run; the message is one line naming the fix."""
-    status = 2
 
 
-class BadRecord(ValueError):
+class BadRecord(BadInput, ValueError):
     """One record that cannot be converted; str() is the reason."""
-    status = 2
 
 
-class MakeRecordsError(Exception):
+class MakeRecordsError(BadInput, Exception):
     """Bad input to build_records(); the CLI prints it as one line and exits 2."""
-    status = 2
 
 
 class InputError(MakeRecordsError, ValueError):
@@ -174,14 +171,12 @@ class ListFormatError(MakeRecordsError, ValueError):
         self.what = what
 
 
-class BadImageError(ValueError):
+class BadImageError(BadInput, ValueError):
     """An image file that is missing or cannot be decoded; str() is the reason."""
-    status = 2
 
 
-class ListError(Exception):
+class ListError(BadInput, Exception):
     """Bad input; exit 2."""
-    status = 2
 
 
 class IncompleteDownloadError(Exception):
@@ -201,9 +196,8 @@ class AllImagesSkippedError(MakeRecordsError):
         self.summary = summary
 
 
-class UrlListError(Exception):
+class UrlListError(BadInput, Exception):
     """Bad input; the CLI prints it as one line and exits 2."""
-    status = 2
 
 
 class ExportError(RuntimeError):
