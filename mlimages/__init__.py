@@ -26,8 +26,9 @@ checks all of this from the source; this file imports nothing.
                             preemption, run directories, failures, thresholds, run plans
     6  inference/           the serving graph, SavedModel and ONNX export, the inference
                             commands' loops, their inputs and result files, PCA
-    7  cli/                 what the commands share: argparse, TensorFlow on first use,
-                            process pools, the progress line
+    7  cli/                 what the commands share: their main (parse, run, errors as one
+                            line), argparse, TensorFlow on first use, process pools, the
+                            progress line
     8  recordkit/           building and checking records (tools/make_tfrecords.py ...)
     9  bench/               tools/benchmark.py's pipelines and measurements
     10 demo.py              train.py --demo: the demo dataset and its report

@@ -37,8 +37,9 @@ import os
 import re
 import shutil
 
+from mlimages import errors
 from mlimages.errors import IncompleteDownloadError, ListError
-from mlimages.cli import arguments
+from mlimages.cli import arguments, entry
 from mlimages.cli import progress as _progress
 from mlimages.recordkit.img2dataset_shards import (complete_shard_parquets, expected_shards,
                                                   read_shard)
@@ -270,10 +271,15 @@ def build_parser():
 
 
 def main(argv=None):
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    """Command-line entry point; returns the exit status (0, 1 or 2)."""
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), convert_and_report,
+                     (errors.UsageError, ListError, IncompleteDownloadError),
+                     arguments.download_stopped_note)
+
+
+def convert_and_report(args):
+    """Converts the download the arguments name and prints the summary; returns the exit
+    status (0, 1 when no image was kept)."""
     try:
         known = set(KNOWN_PLACEHOLDERS)
         if args.placeholder_hashes:
@@ -281,12 +287,10 @@ def main(argv=None):
         summary = convert(args.download_dir, args.input_dir, args.out_dir,
                           args.number_sample_per_shard, args.placeholder_min_urls,
                           frozenset(known), args.overwrite, progress=not args.quiet)
-    except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
-        return arguments.download_failure_status(PROG, exc, args.out_dir)
-    except IncompleteDownloadError as exc:
-        return _error(exc, 1)
-    except (ListError, OSError) as exc:
-        return _error(exc, 2)
+    except ImportError as exc:
+        raise arguments.missing_download_extras(exc) from None
+    except OSError as exc:  # a file of the download that cannot be read: bad input
+        raise ListError(exc) from None
     failed = summary['failed']
     print('kept: %d (list %s)' % (summary['kept'], os.path.join(args.out_dir, 'list.txt')))
     print('placeholders dropped: %d (%d distinct images)'
@@ -295,11 +299,7 @@ def main(argv=None):
         print('%s: %d' % (status, failed[status]))
     print('failures: %s' % os.path.join(args.out_dir, 'failures.tsv'))
     if not summary['kept']:
-        return _error('no image was kept; see %s'
-                      % os.path.join(args.out_dir, 'failures.tsv'), 1)
+        arguments.error_line(PROG, 'no image was kept; see %s'
+                             % os.path.join(args.out_dir, 'failures.tsv'))
+        return 1
     return 0
-
-
-def _error(message, status):
-    arguments.error_line(PROG, message)
-    return status

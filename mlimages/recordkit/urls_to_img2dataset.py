@@ -30,8 +30,9 @@ import os
 import shutil
 import sys
 
+from mlimages import errors
 from mlimages.errors import ListFormatError, UrlListError
-from mlimages.cli import arguments
+from mlimages.cli import arguments, entry
 from mlimages.cli import progress as _progress
 from mlimages.recordkit.image_lists import parse_sparse
 
@@ -213,18 +214,20 @@ def build_parser():
 
 
 def main(argv=None):
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    """Command-line entry point; returns the exit status (0 or 2)."""
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), convert_and_report,
+                     (errors.UsageError, UrlListError, ListFormatError),
+                     arguments.download_stopped_note)
+
+
+def convert_and_report(args):
+    """Converts the URL list the arguments name and prints the summary; returns the exit
+    status (0)."""
     try:
         summary = convert(args.url_list, args.out_dir, args.rows_per_file,
                           args.overwrite, progress=not args.quiet)
-    except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
-        return arguments.download_failure_status(PROG, exc, args.out_dir)
-    except (UrlListError, ListFormatError) as exc:
-        arguments.error_line(PROG, exc)
-        return 2
+    except ImportError as exc:
+        raise arguments.missing_download_extras(exc) from None
     print('rows: %d in %d files (%s)' % (summary['rows'], summary['files'],
                                          summary['out_dir']))
     print('repeated file names given a -k suffix: %d' % summary['renamed'])
