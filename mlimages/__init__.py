@@ -8,7 +8,8 @@ checks all of this from the source; this file imports nothing.
     0  errors.py            every exception type and the exit status it means (2, 1,
                             128 + signal); callers use errors.X, never a re-export
     0  files.py             files that appear only when complete, no leftover on an error
-                            (atomic_output: inference results, thresholds.txt, a PCA)
+                            (atomic_output: inference results, thresholds.txt, a PCA;
+                            atomic_directory: the download tools' output directory)
     0  file_db.py           (root) shard listing and each worker's share
     1  config/              the flags' value checks, the run's flags.txt, start-up before
                             TensorFlow, which Python runs the programs

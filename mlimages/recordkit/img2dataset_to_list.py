@@ -35,9 +35,8 @@ import collections
 import errno
 import os
 import re
-import shutil
 
-from mlimages import errors
+from mlimages import errors, files
 from mlimages.errors import IncompleteDownloadError, ListError
 from mlimages.cli import arguments, entry
 from mlimages.cli import progress as _progress
@@ -118,20 +117,11 @@ def convert(download_dir, input_dir, out_dir, per_shard=10000, min_urls=3,
     meter = _Progress(progress, 2 * len(inputs))
     shared = _placeholder_hashes(inputs, min_urls, known, meter)
 
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, '.%s.tmp-%d' % (os.path.basename(out_dir), os.getpid()))
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, 'images'))
-    meter.what = 'linking images'
-    try:
+    with files.atomic_directory(out_dir) as tmp:
+        os.makedirs(os.path.join(tmp, 'images'))
+        meter.what = 'linking images'
         kept, placeholders, failed = _write_list(tmp, inputs, shared, known, meter)
         meter.finish()
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {'kept': kept, 'placeholders': placeholders, 'failed': failed,
             'placeholder_hashes': shared, 'out_dir': out_dir}
 

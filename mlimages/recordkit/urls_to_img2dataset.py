@@ -27,11 +27,11 @@ is written; DIR is written under a temporary name and renamed when complete.
 Needs pyarrow (requirements-download.txt).
 """
 import os
-import shutil
 import sys
 
 from mlimages import errors
 from mlimages.errors import ListFormatError, UrlListError
+from mlimages.files import atomic_directory
 from mlimages.cli import arguments, entry
 from mlimages.cli import progress as _progress
 from mlimages.recordkit.image_lists import parse_sparse
@@ -120,20 +120,10 @@ def convert(url_list, out_dir, rows_per_file=1000000, overwrite=False, progress=
     if not rows:
         raise UrlListError('no URLs in %s' % url_list)
 
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, '.%s.tmp-%d' % (os.path.basename(out_dir), os.getpid()))
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
+    with atomic_directory(out_dir) as tmp:
         meter = _Progress(progress, 'writing %s' % out_dir)
         files, renamed = _write_parts(url_list, tmp, rows_per_file, meter)
         meter.finish()
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {'rows': rows, 'files': files, 'renamed': renamed, 'out_dir': out_dir}
 
 
