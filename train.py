@@ -36,8 +36,8 @@ import flags as flags_lib  # noqa: E402
 from mlimages.config import cpu, flag_checks, gpu_env, interpreter, run_settings  # noqa: E402
 from mlimages.distributed import cluster_flags, devices  # noqa: E402
 from mlimages import errors  # noqa: E402
-from mlimages.errors import (PEER_LOST_STATUS, Interrupted, PeerLost,  # noqa: E402
-                             TrainingError, UsageError, stop_raises, stopped)
+from mlimages.errors import (Interrupted, PeerLost, TrainingError,  # noqa: E402
+                             UsageError, stop_raises, stopped)
 from mlimages.inference import (export as export_lib, inference_io,  # noqa: E402
                                 batch_outputs, inference_settings, saved_models, serving)
 from mlimages.model import precision  # noqa: E402
@@ -241,25 +241,19 @@ def main(argv, extra_hooks=()):
     stop_raises()
     try:
         dispatch(settings, extra_hooks)
-    except (UsageError, errors.DataError, errors.DirectoryError) as e:
-        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
-        sys.exit(2)
-    except TrainingError as e:
-        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
-        sys.exit(1)
-    except PeerLost as e:
-        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
-        sys.exit(PEER_LOST_STATUS)
-    except Interrupted as e:
-        sys.stderr.write('%s: %s\n' % (PROGRAM, e))
-        # Everything is saved and closed: out now. The interpreter's teardown of a
-        # ResNet-101 graph and its session takes 10 s and more, inside Kubernetes' 30 s.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(128 + e.signum)
-    except KeyboardInterrupt as e:  # errors.Stopped, or a SIGINT before main
-        words, status = stopped(e)
+    except (UsageError, errors.DataError, errors.DirectoryError, TrainingError, PeerLost,
+            Interrupted, KeyboardInterrupt) as e:  # KeyboardInterrupt: errors.Stopped too
+        if isinstance(e, Interrupted):  # training saved its checkpoint and said so
+            sys.stderr.write('%s: %s\n' % (PROGRAM, e))
+            # Everything is saved and closed: out now. The interpreter's teardown of a
+            # ResNet-101 graph and its session takes 10 s and more, inside Kubernetes' 30 s.
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.status)
+        if not isinstance(e, KeyboardInterrupt):
+            sys.exit(errors.report(PROGRAM, e))
+        words, status = stopped(e)  # errors.Stopped, or a SIGINT before main
         sys.stderr.write('%s: %s%s\n' % (
             PROGRAM, words, ' before training started; nothing was saved, rerun the same '
             'command' if settings.task.mode in ('train', 'train_and_eval')
@@ -344,8 +338,7 @@ def from_command_line(extra_hooks=()):
     try:
         cluster_flags.narrow_to_slurm_task(FLAGS.num_gpus)
     except UsageError as e:
-        sys.stderr.write('%s: error: %s\n' % (PROGRAM, e))
-        sys.exit(2)
+        sys.exit(errors.report(PROGRAM, e))
     devices.choose_at_start(FLAGS.visiable_gpu, FLAGS.num_gpus, FLAGS.tf_gpu_thread_mode)
     app.run(functools.partial(main, extra_hooks=extra_hooks))
 

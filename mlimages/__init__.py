@@ -8,7 +8,8 @@ checks all of this from the source; this file imports nothing.
     0  errors.py            every exception type and the exit status it means (2, 1,
                             128 + signal); callers use errors.X, never a re-export
     0  files.py             files that appear only when complete, no leftover on an error
-                            (atomic_output: inference results, thresholds.txt, a PCA)
+                            (atomic_output: inference results, thresholds.txt, a PCA;
+                            atomic_directory: the download tools' output directory)
     0  file_db.py           (root) shard listing and each worker's share
     1  config/              the flags' value checks, the run's flags.txt, start-up before
                             TensorFlow, which Python runs the programs
@@ -26,8 +27,9 @@ checks all of this from the source; this file imports nothing.
                             preemption, run directories, failures, thresholds, run plans
     6  inference/           the serving graph, SavedModel and ONNX export, the inference
                             commands' loops, their inputs and result files, PCA
-    7  cli/                 what the commands share: argparse, TensorFlow on first use,
-                            process pools, the progress line
+    7  cli/                 what the commands share: their main (parse, run, errors as one
+                            line), argparse, TensorFlow on first use, process pools, the
+                            progress line
     8  recordkit/           building and checking records (tools/make_tfrecords.py ...)
     9  bench/               tools/benchmark.py's pipelines and measurements
     10 demo.py              train.py --demo: the demo dataset and its report

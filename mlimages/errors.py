@@ -8,21 +8,30 @@ a directory, an archive, an image list or image, a TF_CONFIG) are exit status 2 
 program meets them, too. PeerLost: a task of a cluster job was lost, so this one ends
 (exit status 200, retryable). Interrupted and Stopped: a signal (exit status 128 + the signal: 143
 for SIGTERM, 130 for SIGINT); stop_raises makes SIGTERM stop a program as Ctrl-C does, and
-`stopped` names either for the one line.
+`stopped` names either for the one line. Each type's `status` is that exit status (the
+input errors' 2 is BadInput's), and `report` writes the one line and gives it.
 """
 import signal
+import sys
 
 # The signals that stop a program with one line: a container's or a batch system's stop
 # (SIGTERM) and Ctrl-C (SIGINT).
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class UsageError(ValueError):
+class BadInput:
+    """What every input error below shares: exit status 2 where a program reports one (a
+    mixin of their types, not caught itself)."""
+    status = 2
+
+
+class UsageError(BadInput, ValueError):
     """A bad flag value or input: reported as one line before any graph is built."""
 
 
 class TrainingError(RuntimeError):
     """Training started and then stopped on an error: reported as one line, exit 1."""
+    status = 1
 
 
 def op_error_text(error):
@@ -45,6 +54,7 @@ class PeerLost(RuntimeError):
     """A task of the job this one cannot go on without was lost (peers.py): reported as one
     line, exit status 200, retryable like 143 / 130 (the rerun resumes from the chief's
     last checkpoint)."""
+    status = PEER_LOST_STATUS
 
 
 class Interrupted(Exception):
@@ -55,6 +65,10 @@ class Interrupted(Exception):
         super().__init__(message)
         self.signum = signum
 
+    @property
+    def status(self):
+        return 128 + self.signum
+
 
 class Stopped(KeyboardInterrupt):
     """SIGTERM or SIGINT outside a training session (start-up, evaluation, prediction):
@@ -64,6 +78,9 @@ class Stopped(KeyboardInterrupt):
         super().__init__(signum)
         self.signum = signum
 
+    @property
+    def status(self):
+        return 128 + self.signum
 
 
 def _raise_stopped(signum, frame):
@@ -84,18 +101,25 @@ def stopped(interrupt):
     return 'stopped by %s' % signal.Signals(signum).name, 128 + signum
 
 
+def report(prog, error):
+    """Writes `<prog>: error: <error>` to stderr; returns the exit status of the error's
+    type (its `status`)."""
+    sys.stderr.write('%s: error: %s\n' % (prog, error))
+    return error.status
+
+
 # ------------------------------------------------- the input errors of each part
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput, ValueError):
     """A TF_CONFIG or flag combination that cannot work; its message is one line."""
 
 
-class DataError(ValueError):
+class DataError(BadInput, ValueError):
     """Bad or missing input data; its message is one line naming the path."""
 
 
-class HierarchyError(ValueError):
+class HierarchyError(BadInput, ValueError):
     """A hierarchy file that cannot be used; the message is one line: file:line: what, fix."""
 
     def __init__(self, path, lineno, problem, fix):
@@ -106,29 +130,30 @@ class HierarchyError(ValueError):
 
 class RestartLoop(Exception):
     """The session failed `restarts` times in a row, each time before completing a step."""
+    status = 1
 
     def __init__(self, restarts):
         super().__init__(restarts)
         self.restarts = restarts
 
 
-class DirectoryError(ValueError):
+class DirectoryError(BadInput, ValueError):
     """A directory that cannot be used; its message is one line naming it and the fix."""
 
 
-class ArchiveError(Exception):
+class ArchiveError(BadInput, Exception):
     """An archive that cannot be read as a tar; str() names it (one line)."""
 
 
-class ConvertError(ValueError):
+class ConvertError(BadInput, ValueError):
     """Bad input for the whole run; the message is one line naming the fix."""
 
 
-class BadRecord(ValueError):
+class BadRecord(BadInput, ValueError):
     """One record that cannot be converted; str() is the reason."""
 
 
-class MakeRecordsError(Exception):
+class MakeRecordsError(BadInput, Exception):
     """Bad input to build_records(); the CLI prints it as one line and exits 2."""
 
 
@@ -146,16 +171,17 @@ class ListFormatError(MakeRecordsError, ValueError):
         self.what = what
 
 
-class BadImageError(ValueError):
+class BadImageError(BadInput, ValueError):
     """An image file that is missing or cannot be decoded; str() is the reason."""
 
 
-class ListError(Exception):
+class ListError(BadInput, Exception):
     """Bad input; exit 2."""
 
 
 class IncompleteDownloadError(Exception):
     """img2dataset left shards failed or unfinished; exit 1."""
+    status = 1
 
 
 class AllImagesSkippedError(MakeRecordsError):
@@ -163,16 +189,18 @@ class AllImagesSkippedError(MakeRecordsError):
 
     The report has been written when this is raised. The CLI exits 1 for it.
     """
+    status = 1
 
     def __init__(self, message, summary):
         super().__init__(message)
         self.summary = summary
 
 
-class UrlListError(Exception):
+class UrlListError(BadInput, Exception):
     """Bad input; the CLI prints it as one line and exits 2."""
 
 
 class ExportError(RuntimeError):
     """An export failed after it started (tools/export_onnx.py: the converter, or the
     converted model that does not compute what TensorFlow computes); one line, exit 1."""
+    status = 1

@@ -1,10 +1,11 @@
 """Files that appear only when complete: written under a temporary name beside the target
 and renamed over it at the end (os.replace, atomic on POSIX), the temporary removed on any
 error; so an interrupted or failed write (a signal, a full disk) leaves the earlier file or
-none, never half of one, and no leftover.
+none, never half of one, and no leftover. atomic_directory does the same for a directory.
 """
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 
@@ -44,6 +45,25 @@ def atomic_output(path, binary=False):
         if os.path.exists(temp):
             os.unlink(temp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path):
+    """The name of an empty temporary directory beside `path` (its parent made if
+    missing) that replaces `path` (an earlier one removed) when the block completes; it is
+    removed on any error, `path` then left as it was."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    temp = os.path.join(parent, '.%s.tmp-%d' % (os.path.basename(path), os.getpid()))
+    shutil.rmtree(temp, ignore_errors=True)
+    os.makedirs(temp)
+    try:
+        yield temp
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.rename(temp, path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 class _Owned(object):

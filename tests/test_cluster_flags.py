@@ -36,9 +36,9 @@ def test_host_flags_make_the_launchers_tf_config():
     workers = ','.join(cluster['chief'] + cluster['worker'])
     for worker_id, task in [(0, ('chief', 0)), (1, ('worker', 0)), (2, ('worker', 1))]:
         assert json.loads(cluster_flags.from_host_flags(workers, '127.0.0.1:4', worker_id, -1)) \
-            == json.loads(launcher.tf_config(cluster, *task))
+            == json.loads(cluster_flags.tf_config(cluster, *task))
     assert json.loads(cluster_flags.from_host_flags(workers, '127.0.0.1:4', 0, 0)) == \
-        json.loads(launcher.tf_config(cluster, 'ps', 0))
+        json.loads(cluster_flags.tf_config(cluster, 'ps', 0))
     assert json.loads(cluster_flags.from_host_flags('a:1', '', 0, -1)) == {
         'cluster': {'chief': ['a:1']}, 'task': {'type': 'chief', 'index': 0}}
 
@@ -98,8 +98,8 @@ def test_a_slurm_task_takes_its_block_of_the_gres_gpus_before_visiable_gpu():
 
 def test_precedence_tf_config_then_slurm_then_host_flags():
     hosts = dict(worker_num=2, worker_id=1, worker_hosts='127.0.0.1:1,127.0.0.1:2')
-    tf_config = launcher.tf_config({'chief': ['h:1'], 'worker': ['h:2', 'h:3', 'h:4']},
-                                   'chief', 0)
+    tf_config = cluster_flags.tf_config({'chief': ['h:1'], 'worker': ['h:2', 'h:3', 'h:4']},
+                                        'chief', 0)
     environ = {'TF_CONFIG': tf_config}
     assert cluster_flags.setup(settings().cluster, 1, environ)[0] == 'TF_CONFIG'
     environ = dict(SLURM, TF_CONFIG=tf_config)   # the same 4 tasks: TF_CONFIG's

@@ -185,7 +185,7 @@ def check_launcher(args):
     gpus = launcher.task_gpus(names, gpus_per_task, options.evaluator_gpus, None)
     for task_type, index in names:
         visible = gpus['%s:%d' % (task_type, index)]
-        plan_task(settings, {'TF_CONFIG': launcher.tf_config(cluster, task_type, index)},
+        plan_task(settings, {'TF_CONFIG': cluster_flags.tf_config(cluster, task_type, index)},
                   len(visible.split(',')) if visible else 0)
     return len(names)
 
@@ -393,7 +393,7 @@ def run_batch(where, env, script, args):
             1, options.workers + ps + 1)))
         gpus = (settings.devices.num_gpus if options.gpus_per_task is None
                 else options.gpus_per_task)
-        plan = plan_task(settings, {'TF_CONFIG': launcher.tf_config(cluster, 'chief', 0)},
+        plan = plan_task(settings, {'TF_CONFIG': cluster_flags.tf_config(cluster, 'chief', 0)},
                          gpus)
         return settings, plan.images_per_global_step
     settings = parse(args)

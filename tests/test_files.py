@@ -1,4 +1,5 @@
-"""mlimages/files.py: a file appears only when complete, and an error leaves nothing."""
+"""mlimages/files.py: a file or a directory appears only when complete, and an error leaves
+nothing."""
 import os
 
 import pytest
@@ -23,3 +24,19 @@ def test_atomic_output_appears_only_when_complete(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0600
+
+
+def test_atomic_directory_replaces_the_target_only_when_complete(tmp_path):
+    path = str(tmp_path / 'new' / 'out')
+    with files.atomic_directory(path) as temp:
+        open(os.path.join(temp, 'a'), 'w').close()
+        assert not os.path.exists(path)
+    assert os.listdir(path) == ['a'] and os.listdir(str(tmp_path / 'new')) == ['out']
+    with pytest.raises(RuntimeError):
+        with files.atomic_directory(path) as temp:
+            open(os.path.join(temp, 'b'), 'w').close()
+            raise RuntimeError('stop')
+    assert os.listdir(path) == ['a'] and os.listdir(str(tmp_path / 'new')) == ['out']
+    with files.atomic_directory(path) as temp:
+        open(os.path.join(temp, 'c'), 'w').close()
+    assert os.listdir(path) == ['c']

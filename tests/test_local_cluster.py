@@ -4,7 +4,7 @@ clusters)."""
 import json
 import os
 
-from mlimages.distributed import devices
+from mlimages.distributed import cluster_flags, devices
 from mlimages.distributed import local_cluster
 
 
@@ -14,7 +14,7 @@ def test_cluster_layout_and_tf_config():
                        'ps': ['127.0.0.1:4', '127.0.0.1:5']}
     assert local_cluster.task_names(cluster) == [('chief', 0), ('worker', 0), ('worker', 1),
                                             ('ps', 0), ('ps', 1)]
-    config = json.loads(local_cluster.tf_config(cluster, 'worker', 1))
+    config = json.loads(cluster_flags.tf_config(cluster, 'worker', 1))
     assert config == {'cluster': cluster, 'task': {'type': 'worker', 'index': 1}}
     assert local_cluster.cluster_addresses(1, 0, ports=[7]) == {'chief': ['127.0.0.1:7']}
 

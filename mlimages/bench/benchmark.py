@@ -51,7 +51,8 @@ import numpy as np
 from mlimages.config import startup
 from mlimages.bench import (bookkeeping, engines, first_step, photos, report_cost,
                             versus_keras)
-from mlimages.cli import lazy_tensorflow
+from mlimages import errors
+from mlimages.cli import entry, lazy_tensorflow
 
 from mlimages.bench.pipelines import (PIPELINES, PROG, SHARD_DIR_PREFIX, Measured,
                                       build_pipeline, cpu_description, make_shards,
@@ -179,7 +180,13 @@ def build_parser():
 def main(argv=None):
     """Command-line entry point; returns the exit status (0 or 2)."""
     startup.check_versions('benchmark.py')
-    args = build_parser().parse_args(argv)
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), measure,
+                     (errors.UsageError,), collapse=False)
+
+
+def measure(args):
+    """The measurement the arguments ask for (by default the input pipelines' and the
+    training steps' tables on stdout); returns the exit status (0, 2 bad usage)."""
     import flags as flags_lib  # absl only; TensorFlow comes later
     args.defaults = flags_lib.default_settings()  # the trainer's settings the pipelines start from
     tf = start_tensorflow()
@@ -196,8 +203,6 @@ def main(argv=None):
     if args.versus_keras:
         return versus_keras.main(args)
     files = shard_files(args)
-    if files is None:
-        return 2
     sizes = [os.path.getsize(p) for p in files]
     records = sum(1 for p in files for _ in tf.io.tf_record_iterator(p))
     out = ['%s: %d shards, %d records, %.0f KB a record; %s' % (
@@ -206,8 +211,6 @@ def main(argv=None):
                         (args.skip_steps, steps_table)):
         if not skip:
             out.append(table(files, args))
-            if out[-1] is None:
-                return 2
     out.append('%s: load average at the end %.1f' % (
         PROG, os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')))
     print('\n'.join(out))
@@ -227,13 +230,12 @@ def start_tensorflow():
 
 
 def shard_files(args):
-    """The shards of --files, else the benchmark's own (made once in --shard_dir); None
-    when --files matches nothing (reported)."""
+    """The shards of --files, else the benchmark's own (made once in --shard_dir); a
+    UsageError when --files matches nothing."""
     if args.files:
         files = sorted(glob.glob(args.files))
         if not files:
-            sys.stderr.write('%s: error: no file matches %s\n' % (PROG, args.files))
-            return None
+            raise errors.UsageError('no file matches %s' % args.files)
         return files
     shard_dir = args.shard_dir or '%s_%s_%d_%d' % (
         SHARD_DIR_PREFIX, args.label_layout, args.num_images, args.class_num)
@@ -242,14 +244,13 @@ def shard_files(args):
 
 
 def pipelines_table(files, args):
-    """The input pipelines of --pipelines measured in turns: their table, or None for a
-    bad --pipelines (reported)."""
+    """The input pipelines of --pipelines measured in turns: their table; a UsageError
+    for a bad --pipelines."""
     names = [n.strip() for n in args.pipelines.split(',') if n.strip()]
     unknown = sorted(set(names) - set(PIPELINES))
     if unknown or 'floor' not in names:
-        sys.stderr.write('%s: error: --pipelines must include floor and name only %s\n'
-                         % (PROG, ', '.join(PIPELINES)))
-        return None
+        raise errors.UsageError('--pipelines must include floor and name only %s'
+                                % ', '.join(PIPELINES))
     if args.label_layout == 'sparse' and 'spec_literal' in names:
         names.remove('spec_literal')
         sys.stderr.write('%s: spec_literal left out: it reads only dense labels\n'
@@ -264,13 +265,12 @@ def pipelines_table(files, args):
 
 def steps_table(files, args):
     """The training steps (synthetic, the real input_fn, --compare_model's) measured in
-    turns: their table, or None for a bad --compare_model (reported)."""
+    turns: their table; a UsageError for a bad --compare_model."""
     steps = [build_step('synthetic', files, args),
              build_step('input_fn(%s)' % args.step_augment_on, files, args)]
     extra = [n.strip() for n in args.compare_model.split(',') if n.strip()]
     if set(extra) - {'original', 'xla'}:
-        sys.stderr.write('%s: error: --compare_model takes original and/or xla\n' % PROG)
-        return None
+        raise errors.UsageError('--compare_model takes original and/or xla')
     if 'original' in extra:
         steps.append(build_step('synthetic, original graph', files, args,
                                 literal_model=True))

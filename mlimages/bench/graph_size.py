@@ -31,6 +31,9 @@ import subprocess
 import sys
 import tempfile
 
+from mlimages.cli import entry
+
+PROG = 'graph_size.py'
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = r'''
@@ -123,7 +126,7 @@ def table(rows):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog='graph_size.py', description=__doc__.split('\n\n')[0],
+        prog=PROG, description=__doc__.split('\n\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--resnet_size', type=int, default=18)
     parser.add_argument('--class_num', type=int, default=11166)
@@ -136,14 +139,20 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    """Command-line entry point; returns the exit status (0)."""
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), print_sizes)
+
+
+def print_sizes(args):
+    """Measures the graph at each --replicas and prints the rows (--json: one JSON line
+    each) or the table; returns the exit status (0)."""
     rows = []
     # One replica twice: as train.py --num_gpus=1 builds it (no strategy), and under
     # MirroredStrategy, the base of the linear law.
     variants = [(r, m) for r in args.replicas for m in ((False, True) if r == 1 else (True,))]
     for replicas, mirrored in variants:
-        sys.stderr.write('graph_size.py: ResNet-%d, %d classes, %d replica(s) ...\n' % (
-            args.resnet_size, args.class_num, replicas))
+        sys.stderr.write('%s: ResNet-%d, %d classes, %d replica(s) ...\n' % (
+            PROG, args.resnet_size, args.class_num, replicas))
         rows.append(measure(replicas, args.resnet_size, args.class_num, args.image_size,
                             args.dtype, mirrored=mirrored))
         if args.json:
@@ -151,3 +160,4 @@ def main(argv=None):
     if not args.json:
         print('ResNet-%d, %d classes, %s' % (args.resnet_size, args.class_num, args.dtype))
         print(table(rows))
+    return 0

@@ -25,6 +25,8 @@ import collections
 import json
 import os
 
+from mlimages.cli import entry
+
 PROG = 'memory_peak.py'
 MARKER_BATCH = 7  # a batch no other dimension of the graph has: marks the activations
 RETAINED_OPS = ('Conv2D', 'Relu', 'Pad', 'AddV2')
@@ -117,7 +119,12 @@ def fit(points):
 
 def main(argv=None):
     """Command-line entry point; returns the exit status (0)."""
-    args = build_parser().parse_args(argv)
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), measure_and_fit)
+
+
+def measure_and_fit(args):
+    """Prints the --table of architectures, the --measure points and the --fit of them;
+    returns the exit status (0)."""
     os.environ['TF_CPU_ALLOCATOR_USE_BFC'] = 'true'  # before TensorFlow makes its allocator
     from mlimages.config import startup
     startup.before_tensorflow(PROG, [])

@@ -21,6 +21,8 @@ import contextlib
 import json
 import os
 
+from mlimages.cli import entry
+
 PROG = 'ps_placement.py'
 PS_TASK = '/job:ps/task:'
 
@@ -94,7 +96,7 @@ def placement(ps_tasks, settings):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog='ps_placement.py', description=__doc__.split('\n\n')[0],
+        prog=PROG, description=__doc__.split('\n\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--resnet_size', type=int, default=101)
     parser.add_argument('--class_num', type=int, default=11166)
@@ -103,8 +105,14 @@ def build_parser():
 
 
 def main(argv=None):
-    """Command-line entry point: the table of the module docstring on stdout."""
-    args = build_parser().parse_args(argv)
+    """Command-line entry point: the table of the module docstring on stdout; returns the
+    exit status (0)."""
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), print_placement)
+
+
+def print_placement(args):
+    """Prints the MB of variables on each ps task for each --ps_tasks; returns the exit
+    status (0)."""
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
     import tensorflow.compat.v1 as tf
     tf.disable_v2_behavior()
@@ -119,3 +127,4 @@ def main(argv=None):
         mean = sum(per_task) / float(k)
         print('%d ps: %s  max/mean %.2f' % (
             k, ' '.join('%.1f' % (b / 1e6) for b in per_task), max(per_task) / mean))
+    return 0

@@ -1,5 +1,6 @@
 """What the commands of tools/ share.
 
+    entry.py             a command's main: parse, run, each error one line and its status
     arguments.py         argparse helpers and one-line errors
     lazy_tensorflow.py   TensorFlow imported on first use, quietly
     worker_processes.py  the worker count, process pools, one process a worker

@@ -1,10 +1,11 @@
 """What the commands' argument parsing shares: usage errors and failures on one line
-('<prog>: error: <message>'), argparse types for bounded integers."""
+('<prog>: error: <message>'), argparse types for bounded integers, the download tools'
+missing extras and stop note."""
 import argparse
 import sys
 
 from mlimages.config import interpreter
-from mlimages.errors import stopped
+from mlimages import errors
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -25,18 +26,18 @@ def error_line(prog, message):
     sys.stderr.write('%s: error: %s\n' % (prog, ' '.join(str(message).split())))
 
 
-def download_failure_status(prog, exc, out_dir):
-    """The one line and the exit status of a tool of the download path (urls_to_img2dataset,
-    img2dataset_to_list) stopped by an ImportError (img2dataset or pyarrow missing: 2, naming
-    the download extras) or a KeyboardInterrupt (SIGTERM or Ctrl-C: 128 + the signal; OUT,
-    written whole or not at all, left as it was)."""
-    if isinstance(exc, ImportError):
-        error_line(prog, '%s; install the download extras: %s install -r '
-                   'requirements-download.txt' % (exc, interpreter.pip_command()))
-        return 2
-    words, status = stopped(exc)
-    error_line(prog, '%s; %s was left as it was, rerun the same command' % (words, out_dir))
-    return status
+def missing_download_extras(exc):
+    """The UsageError (exit status 2) of a tool of the download path (urls_to_img2dataset,
+    img2dataset_to_list) whose img2dataset or pyarrow is missing (the ImportError `exc`):
+    it names the download extras."""
+    return errors.UsageError('%s; install the download extras: %s install -r '
+                             'requirements-download.txt' % (exc, interpreter.pip_command()))
+
+
+def download_stopped_note(args):
+    """What a tool of the download path stopped by SIGTERM or Ctrl-C leaves: OUT
+    (args.out_dir), written whole or not at all, as it was (entry.run's stopped_note)."""
+    return '%s was left as it was, rerun the same command' % args.out_dir
 
 
 def int_at_least(minimum, bound):

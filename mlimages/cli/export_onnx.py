@@ -21,9 +21,8 @@ import os
 import sys
 
 from mlimages import errors
-from mlimages.cli import arguments, lazy_tensorflow
+from mlimages.cli import arguments, entry, lazy_tensorflow
 from mlimages.config import startup
-from mlimages.errors import stopped
 
 PROG = 'export_onnx.py'
 
@@ -55,34 +54,26 @@ def build_parser():
 def main(argv=None):
     """Command-line entry point; returns the exit status."""
     startup.check_versions(PROG)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), export,
+                     (errors.UsageError, errors.ExportError),
+                     lambda args: 'nothing was written to %s' % args.output)
+
+
+def export(args):
+    """Converts and checks the model as the arguments say, saying so on stderr; returns
+    the exit status (0)."""
     lazy_tensorflow.tensorflow()
     from mlimages.inference import onnx_export
     lazy_tensorflow.tensorflow().get_logger().setLevel('ERROR')
     missing = onnx_export.missing_extras()
     if missing:
-        arguments.error_line(PROG, '%s not installed; install the ONNX extras: %s'
-                          % (', '.join(missing), onnx_export.install()))
-        return 2
+        raise errors.UsageError('%s not installed; install the ONNX extras: %s'
+                                % (', '.join(missing), onnx_export.install()))
     sys.stderr.write('%s: converting the %s signature of %s with tf2onnx (opset %d; about a '
                      'minute on 2 CPU cores)\n' % (PROG, onnx_export.serving.FLOAT_SIGNATURE_KEY,
                                                    args.saved_model, args.opset))
-    try:
-        export_dir, found = onnx_export.export_onnx(args.saved_model, args.output, args.opset,
-                                                    args.tolerance, args.check_images)
-    except errors.UsageError as e:
-        arguments.error_line(PROG, e)
-        return 2
-    except errors.ExportError as e:
-        arguments.error_line(PROG, e)
-        return 1
-    except KeyboardInterrupt as exc:
-        words, status = stopped(exc)
-        arguments.error_line(PROG, '%s; nothing was written to %s' % (words, args.output))
-        return status
+    export_dir, found = onnx_export.export_onnx(args.saved_model, args.output, args.opset,
+                                                args.tolerance, args.check_images)
     sys.stderr.write('%s: wrote %s (%.1f MB) from %s; onnxruntime vs TensorFlow on %d random '
                      'inputs: max |difference| %s\n' % (
                          PROG, args.output, os.path.getsize(args.output) / 1e6, export_dir,

@@ -34,8 +34,7 @@ import sys
 
 import flags
 from mlimages.config import startup
-from mlimages.errors import stopped
-from mlimages.cli import arguments, lazy_tensorflow
+from mlimages.cli import arguments, entry, lazy_tensorflow
 from mlimages.cli import predict_args
 
 PROG = 'extract_features.py'
@@ -76,13 +75,8 @@ def build_parser():
     return parser
 
 
-def error(message):
-    arguments.error_line(PROG, message)
-
-
 def check_arguments(parser, args):
     """The usage errors of options that do not go together (parser.error: exit status 2)."""
-    predict_args.check_model_arguments(parser, args)
     if args.format == 'original' and args.names:
         parser.error('--names goes with --format npy; --format original writes the '
                      'names in its one file')
@@ -96,23 +90,19 @@ def check_arguments(parser, args):
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
     startup.check_versions('extract_features.py')
-    parser = build_parser()
-    try:
-        args = parser.parse_intermixed_args(argv)
-        check_arguments(parser, args)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    return entry.run(PROG, lambda: predict_args.parsed(build_parser(), argv, check_arguments),
+                     extract, predict_args.BAD_INPUT, predict_args.unfinished_output)
+
+
+def extract(args):
+    """Extracts the features of the images the arguments name and writes them; returns
+    the exit status (exit_status)."""
     defaults = flags.default_settings()
     # Features do not depend on how the scores are read: no label type.
-    try:
-        result = predict_args.with_predictor(
-            args, defaults.model, defaults.data, extractor(args), error, PROG,
-            list_separator=' ' if args.format == 'original' else None,
-            names=[name for name in predict_args.SETTINGS if name != 'label_type'])
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
-        words, status = stopped(exc)
-        error('%s; %s' % (words, predict_args.unfinished_output(args.output)))
-        return status
+    result = predict_args.with_predictor(
+        args, defaults.model, defaults.data, extractor(args), PROG,
+        list_separator=' ' if args.format == 'original' else None,
+        names=[name for name in predict_args.SETTINGS if name != 'label_type'])
     return exit_status(result, args.output)
 
 
@@ -158,13 +148,11 @@ def pca_note(args, pca_lib, pca, feature_dim):
 
 
 def exit_status(result, output):
-    """The exit status of with_predictor's result (None: bad input, already reported),
-    with the last lines on stderr."""
-    if result is None:
-        return 2
+    """The exit status of with_predictor's result, with the last lines on stderr."""
     processed, skipped, dim, note = result
     if not processed:
-        error('no image could be processed (%d skipped); nothing written' % skipped)
+        arguments.error_line(PROG, 'no image could be processed (%d skipped); nothing '
+                             'written' % skipped)
         return 1
     if note:
         sys.stderr.write('%s: %s\n' % (PROG, note))

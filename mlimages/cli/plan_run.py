@@ -14,9 +14,10 @@ bad usage (one line).
 """
 import argparse
 import os
-import sys
 
+from mlimages.cli import entry
 from mlimages.config import startup
+from mlimages.errors import UsageError
 
 PROG = 'plan_run.py'
 
@@ -45,23 +46,22 @@ def build_parser():
 
 def main(argv=None):
     """Command-line entry point; returns the exit status (0 or 2)."""
-    argv = sys.argv[1:] if argv is None else argv
-    args, train_flags = build_parser().parse_known_args(argv)
+    return entry.run(PROG, lambda: build_parser().parse_known_args(argv), plan_and_say,
+                     (UsageError,), collapse=False)
+
+
+def plan_and_say(parsed):
+    """Prints the plan of the parsed (own arguments, train.py flags) and draws --lr_png;
+    returns the exit status (0)."""
+    args, train_flags = parsed
     startup.before_tensorflow(PROG, [])
-    from absl import flags as absl_flags
-    from mlimages.errors import UsageError
     from mlimages.run import run_plan
-    try:
-        settings = train_settings(train_flags)
-        plan, gpus = run_plan.job(settings.cluster, settings.devices.num_gpus,
-                                  settings.data.batch_size, dict(os.environ))
-        images = run_plan.training_images(settings.data, args.train_images)
-        lines = run_plan.plan_lines(settings, plan, gpus, images, args.hours,
-                                    args.images_per_sec, args.gpu_memory)
-    except (absl_flags.Error, UsageError) as e:
-        sys.stderr.write('%s: error: %s\n' % (PROG, e))
-        return 2
-    print('\n'.join(lines))
+    settings = train_settings(train_flags)
+    plan, gpus = run_plan.job(settings.cluster, settings.devices.num_gpus,
+                              settings.data.batch_size, dict(os.environ))
+    images = run_plan.training_images(settings.data, args.train_images)
+    print('\n'.join(run_plan.plan_lines(settings, plan, gpus, images, args.hours,
+                                        args.images_per_sec, args.gpu_memory)))
     if args.lr_png:
         draw_learning_rates(args.lr_png, settings.schedule, settings.model.resnet_size, plan,
                             images)
@@ -70,15 +70,18 @@ def main(argv=None):
 
 def train_settings(train_flags):
     """train.py's flags among the arguments, parsed and checked as train.py does, into a
-    FlagValues of their own (the global one stays unparsed)."""
+    FlagValues of their own (the global one stays unparsed); a bad one is a UsageError."""
     from absl import flags as absl_flags
     import flags as flags_lib
     values = absl_flags.FlagValues()
     values.append_flag_values(flags_lib.FLAGS)
     values.unparse_flags()  # the Flag objects are train.py's: no value of an earlier parse
-    values([PROG] + train_flags)
+    try:
+        values([PROG] + train_flags)
+        settings = flags_lib.settings(values)
+    except absl_flags.Error as e:
+        raise UsageError(str(e)) from None
     from mlimages.config import flag_checks
-    settings = flags_lib.settings(values)
     flag_checks.validate(settings)
     return settings
 

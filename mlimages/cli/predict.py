@@ -43,8 +43,7 @@ from mlimages import errors
 from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.cli import predict_args
 from mlimages.config import startup
-from mlimages.errors import stopped
-from mlimages.cli import arguments, lazy_tensorflow
+from mlimages.cli import arguments, entry, lazy_tensorflow
 
 PROG = 'predict.py'
 
@@ -108,13 +107,8 @@ def build_parser():
     return parser
 
 
-def error(message):
-    arguments.error_line(PROG, message)
-
-
 def check_arguments(parser, args):
     """The usage errors of options that do not go together (parser.error: exit status 2)."""
-    predict_args.check_model_arguments(parser, args)
     if (args.single_label or args.format == 'original') and args.threshold is not None:
         parser.error('--threshold is for multi-label scores, not --single_label or '
                      '--format original')
@@ -129,29 +123,21 @@ def check_arguments(parser, args):
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
     startup.check_versions('predict.py')
-    parser = build_parser()
-    try:
-        args = parser.parse_intermixed_args(argv)
-        check_arguments(parser, args)
-    except SystemExit as exc:  # --help, or a usage error already printed
-        return exc.code if isinstance(exc.code, int) else 2
-    try:
-        tree = hierarchy_lib.load(args.hierarchy) if args.hierarchy else None
-    except errors.HierarchyError as e:
-        error(e)
-        return 2
+    return entry.run(PROG, lambda: predict_args.parsed(build_parser(), argv, check_arguments),
+                     classify, predict_args.BAD_INPUT + (errors.HierarchyError,),
+                     predict_args.unfinished_output)
+
+
+def classify(args):
+    """Classifies the images the arguments name and writes the results; returns the exit
+    status (exit_status)."""
+    tree = hierarchy_lib.load(args.hierarchy) if args.hierarchy else None
     names = [name for name in predict_args.SETTINGS
              if name != 'label_type' or args.format != 'original']
     defaults = flags.default_settings()
-    try:
-        result = predict_args.with_predictor(
-            args, defaults.model, defaults.data, classifier(args, tree), error, PROG,
-            args.top_k, '\t' if args.format == 'original' else None, names)
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
-        words, status = stopped(exc)
-        error('%s; %s' % (words, predict_args.unfinished_output(args.output)))
-        return status
-    return exit_status(result)
+    return exit_status(predict_args.with_predictor(
+        args, defaults.model, defaults.data, classifier(args, tree), PROG, args.top_k,
+        '\t' if args.format == 'original' else None, names))
 
 
 def classifier(args, tree):
@@ -195,13 +181,10 @@ def class_names(args, tree, class_num):
 
 
 def exit_status(result):
-    """The exit status of with_predictor's result (None: bad input, already reported),
-    with the last line on stderr."""
-    if result is None:
-        return 2
+    """The exit status of with_predictor's result, with the last line on stderr."""
     processed, skipped = result
     if not processed:
-        error('no image could be processed (%d skipped)' % skipped)
+        arguments.error_line(PROG, 'no image could be processed (%d skipped)' % skipped)
         return 1
     sys.stderr.write('%s: %d image%s classified, %d skipped\n'
                      % (PROG, processed, '' if processed == 1 else 's', skipped))

@@ -36,6 +36,8 @@ EXIT_STATUS = ('Exit status: 0 when at least one image was processed (images tha
 
 
 ENGINES = ('tensorflow', 'openvino')  # --engine
+# The bad input with_predictor meets: the model, its settings, the images (exit status 2).
+BAD_INPUT = (errors.UsageError, errors.DataError)
 CALIBRATED = 'calibrated'  # --threshold: the per-class thresholds (calibration.py)
 
 
@@ -167,6 +169,16 @@ def add_image_arguments(parser):
                             '(default: the current directory)')
 
 
+def parsed(parser, argv, check):
+    """The arguments of argv (intermixed: images may follow the options) after
+    check_model_arguments and the tool's own check(parser, args); a usage error is
+    parser.error's (SystemExit, exit status 2)."""
+    args = parser.parse_intermixed_args(argv)
+    check_model_arguments(parser, args)
+    check(parser, args)
+    return args
+
+
 def check_model_arguments(parser, args):
     if args.onnx and not (args.engine == 'openvino' and args.saved_model):
         parser.error('--onnx goes with --engine openvino and --saved_model (the SavedModel '
@@ -250,7 +262,7 @@ class ImageProgress(progress.ProgressLine):
                                                         self.rate(self.done))
 
 
-def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator=None,
+def with_predictor(args, model, data, work, prog, top_k=5, list_separator=None,
                    names=SETTINGS):
     """Chooses the network's settings `names` (chosen_settings of the default model and
     data groups), collects the images the
@@ -258,15 +270,14 @@ def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator
     stderr, after the model loaded: a model that does not load is one error line) and
     returns work(serving, predictor, images, chosen settings, ImageProgress(...).update),
     closing the model after (the model: serving's, or openvino_engine's for --engine
-    openvino; --dtype checked first, check_dtype); bad
-    input is reported with `error` and gives None (exit status 2). list_separator: read
-    --list as the original programs did (inference_io.original_list_entries)."""
+    openvino; --dtype checked first, check_dtype); bad input raises one of BAD_INPUT.
+    list_separator: read --list as the original programs did
+    (inference_io.original_list_entries)."""
     # One GPU, chosen before TensorFlow starts, as train.py chooses them.
     devices.choose(args.visiable_gpu, 1)
     lazy_tensorflow.tensorflow()
     from mlimages.inference import serving
     lazy_tensorflow.tensorflow().get_logger().setLevel('ERROR')
-    bad_input = (errors.UsageError, errors.DataError)
     predictor = None
     try:
         check_dtype(args)
@@ -291,17 +302,14 @@ def with_predictor(args, model, data, work, error, prog, top_k=5, list_separator
         if line.terminal:  # ends the line redrawn in place
             line.finish()
         return result
-    except bad_input as e:
-        error(e)
-        return None
     finally:
         if predictor is not None:
             predictor.close()
 
 
-def unfinished_output(output):
+def unfinished_output(args):
     """What an interrupted run leaves of --output: a file appears only when complete
     (files.atomic_output)."""
-    if output in (None, '-'):
+    if args.output in (None, '-'):
         return 'the output on stdout is incomplete'
-    return 'nothing was written to %s' % output
+    return 'nothing was written to %s' % args.output

@@ -31,6 +31,8 @@ MARKER = 'independent_worker.txt'
 
 
 def tf_config(cluster, task_type, index):
+    """The TF_CONFIG text (JSON) of task `task_type`:`index` of `cluster`, as train.py
+    and tools/launch_local_cluster.py's tasks read it."""
     return json.dumps({'cluster': cluster, 'task': {'type': task_type, 'index': index}})
 
 

@@ -49,7 +49,7 @@ import sys
 import threading
 
 from mlimages.config import startup
-from mlimages.distributed import devices, local_tasks
+from mlimages.distributed import cluster_flags, devices, local_tasks
 from mlimages.distributed import ports as ports_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,10 +80,6 @@ def cluster_addresses(workers, ps, host='127.0.0.1', ports=None):
     if ps:
         cluster['ps'] = addresses[workers:workers + ps]
     return cluster
-
-
-def tf_config(cluster, task_type, index):
-    return json.dumps({'cluster': cluster, 'task': {'type': task_type, 'index': index}})
 
 
 def task_names(cluster):
@@ -253,7 +249,7 @@ def cluster_plan(args, train_flags, gpus_per_task, console):
     cpus, share_env = devices.cpu_plan(['%s:%d' % n for n in names])
     for task_type, index in names:
         name = '%s:%d' % (task_type, index)
-        env = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, index),
+        env = dict(os.environ, TF_CONFIG=cluster_flags.tf_config(cluster, task_type, index),
                    CUDA_VISIBLE_DEVICES=gpus[name], **share_env)
         tasks.append(local_tasks.Task(task_type, index, command, env, console, cpus[name]))
     return Plan(cluster, command, tasks, gpus, cpus, share_env)

@@ -40,7 +40,7 @@ from mlimages import errors
 from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.config import startup
 from mlimages.errors import UsageError, stopped  # UsageError: exit 2
-from mlimages.cli import arguments, lazy_tensorflow, worker_processes
+from mlimages.cli import arguments, entry, lazy_tensorflow, worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.recordkit import shard_checks
 from mlimages.recordkit.check_report import format_report
@@ -239,24 +239,23 @@ def main(argv=None):
     """Command-line entry point; returns the exit status (0 ok, 1 bad data, 2 usage)."""
     startup.check_versions('check_tfrecords.py')
     lazy_tensorflow.quiet_tensorflow()
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed as one line
-        return exc.code if isinstance(exc.code, int) else 2
-    try:
-        if not args.inputs:
-            raise UsageError('no shard files or directories given')
-        paths = resolve_inputs(args.inputs)
-        hierarchy = load_hierarchy(args.hierarchy, args.class_num)
-    except (UsageError, errors.HierarchyError) as exc:
-        sys.stderr.write('%s: error: %s\n' % (PROG, exc))
-        return 2
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), check_and_report,
+                     (UsageError, errors.HierarchyError), collapse=False)
+
+
+def check_and_report(args):
+    """Checks the shards the arguments name and writes the report (--json: as JSON);
+    returns the exit status (0 every record ok, 1 bad data, 128 + the signal when
+    stopped)."""
+    if not args.inputs:
+        raise UsageError('no shard files or directories given')
+    paths = resolve_inputs(args.inputs)
+    hierarchy = load_hierarchy(args.hierarchy, args.class_num)
     try:
         summary = check_files(paths, args.class_num, workers=args.workers,
                               progress=not args.quiet, mask_thres=args.mask_thres,
                               hierarchy=hierarchy, label_type=args.label_type)
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, no report
+    except KeyboardInterrupt as exc:  # a line of its own below the progress line, no report
         words, status = stopped(exc)
         sys.stderr.write('\n%s: %s; nothing was reported, rerun to check the files\n'
                          % (PROG, words))

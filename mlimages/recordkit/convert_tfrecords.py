@@ -42,8 +42,8 @@ import time
 
 from mlimages.run import run_dirs
 from mlimages import errors
-from mlimages.errors import BadImageError, BadRecord, ConvertError, stopped
-from mlimages.cli import arguments, lazy_tensorflow, worker_processes
+from mlimages.errors import BadImageError, BadRecord, ConvertError
+from mlimages.cli import arguments, entry, lazy_tensorflow, worker_processes
 from mlimages.cli import progress as _progress
 from mlimages.recordkit import shards
 from mlimages.recordkit.images import downscale
@@ -369,29 +369,20 @@ def build_parser():
     return parser
 
 
-def _error(message):
-    arguments.error_line(PROG, message)
-
-
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    return entry.run(
+        PROG, lambda: build_parser().parse_args(argv), convert_and_report, (ConvertError,),
+        lambda args: 'finished shards are kept, rerun the same command to convert the rest')
+
+
+def convert_and_report(args):
+    """Converts the shards as the arguments say and prints the summary; returns the exit
+    status (0, 1 when no shard could be written)."""
     lazy_tensorflow.quiet_tensorflow()
-    try:
-        summary = convert(args.in_dir, args.out_dir, args.short_side, args.label_layout,
-                          args.hierarchy, args.workers, args.jpeg_quality, args.report,
-                          progress=not args.quiet)
-    except ConvertError as exc:
-        _error(exc)
-        return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
-        words, status = stopped(exc)
-        _error('%s; finished shards are kept, rerun the same command to convert the rest'
-               % words)
-        return status
+    summary = convert(args.in_dir, args.out_dir, args.short_side, args.label_layout,
+                      args.hierarchy, args.workers, args.jpeg_quality, args.report,
+                      progress=not args.quiet)
     t = summary['totals']
     print('shards converted: %d, skipped (exist in OUT): %d, empty (not written): %d'
           % (len(summary['shards_written']), len(summary['shards_skipped']),
@@ -404,7 +395,8 @@ def main(argv=None):
     print('report: %s' % summary['report_path'])
     written = summary['shards_written'] or summary['shards_skipped']
     if not written:
-        _error('no shard could be written; see %s' % summary['report_path'])
+        arguments.error_line(PROG, 'no shard could be written; see %s'
+                             % summary['report_path'])
         return 1
     return 0
 

@@ -35,10 +35,10 @@ import collections
 import errno
 import os
 import re
-import shutil
 
+from mlimages import errors, files
 from mlimages.errors import IncompleteDownloadError, ListError
-from mlimages.cli import arguments
+from mlimages.cli import arguments, entry
 from mlimages.cli import progress as _progress
 from mlimages.recordkit.img2dataset_shards import (complete_shard_parquets, expected_shards,
                                                   read_shard)
@@ -117,20 +117,11 @@ def convert(download_dir, input_dir, out_dir, per_shard=10000, min_urls=3,
     meter = _Progress(progress, 2 * len(inputs))
     shared = _placeholder_hashes(inputs, min_urls, known, meter)
 
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, '.%s.tmp-%d' % (os.path.basename(out_dir), os.getpid()))
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, 'images'))
-    meter.what = 'linking images'
-    try:
+    with files.atomic_directory(out_dir) as tmp:
+        os.makedirs(os.path.join(tmp, 'images'))
+        meter.what = 'linking images'
         kept, placeholders, failed = _write_list(tmp, inputs, shared, known, meter)
         meter.finish()
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {'kept': kept, 'placeholders': placeholders, 'failed': failed,
             'placeholder_hashes': shared, 'out_dir': out_dir}
 
@@ -270,10 +261,15 @@ def build_parser():
 
 
 def main(argv=None):
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    """Command-line entry point; returns the exit status (0, 1 or 2)."""
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), convert_and_report,
+                     (errors.UsageError, ListError, IncompleteDownloadError),
+                     arguments.download_stopped_note)
+
+
+def convert_and_report(args):
+    """Converts the download the arguments name and prints the summary; returns the exit
+    status (0, 1 when no image was kept)."""
     try:
         known = set(KNOWN_PLACEHOLDERS)
         if args.placeholder_hashes:
@@ -281,12 +277,10 @@ def main(argv=None):
         summary = convert(args.download_dir, args.input_dir, args.out_dir,
                           args.number_sample_per_shard, args.placeholder_min_urls,
                           frozenset(known), args.overwrite, progress=not args.quiet)
-    except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
-        return arguments.download_failure_status(PROG, exc, args.out_dir)
-    except IncompleteDownloadError as exc:
-        return _error(exc, 1)
-    except (ListError, OSError) as exc:
-        return _error(exc, 2)
+    except ImportError as exc:
+        raise arguments.missing_download_extras(exc) from None
+    except OSError as exc:  # a file of the download that cannot be read: bad input
+        raise ListError(exc) from None
     failed = summary['failed']
     print('kept: %d (list %s)' % (summary['kept'], os.path.join(args.out_dir, 'list.txt')))
     print('placeholders dropped: %d (%d distinct images)'
@@ -295,11 +289,7 @@ def main(argv=None):
         print('%s: %d' % (status, failed[status]))
     print('failures: %s' % os.path.join(args.out_dir, 'failures.tsv'))
     if not summary['kept']:
-        return _error('no image was kept; see %s'
-                      % os.path.join(args.out_dir, 'failures.tsv'), 1)
+        arguments.error_line(PROG, 'no image was kept; see %s'
+                             % os.path.join(args.out_dir, 'failures.tsv'))
+        return 1
     return 0
-
-
-def _error(message, status):
-    arguments.error_line(PROG, message)
-    return status

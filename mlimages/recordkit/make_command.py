@@ -7,14 +7,10 @@ import sys
 from mlimages.data import hierarchy as hierarchy_lib
 from mlimages.config import startup
 from mlimages import errors
-from mlimages.errors import AllImagesSkippedError, MakeRecordsError, stopped
-from mlimages.cli import arguments
+from mlimages.errors import AllImagesSkippedError, InputError, MakeRecordsError
+from mlimages.cli import entry
 from mlimages.recordkit import make_tfrecords
 from mlimages.recordkit.make_options import PROG, archive_flag_problem, build_parser, inputs
-
-
-def _error(message):
-    arguments.error_line(PROG, message)
 
 
 def _print_summary(summary, hierarchy=None):
@@ -36,21 +32,23 @@ def _print_summary(summary, hierarchy=None):
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
     startup.check_versions('make_tfrecords.py')
-    try:
-        # intermixed: list files may come after options, as in "-cls 5 a.txt b.txt"
-        args = build_parser().parse_intermixed_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed
-        return exc.code if isinstance(exc.code, int) else 2
+    # intermixed: list files may come after options, as in "-cls 5 a.txt b.txt"
+    return entry.run(
+        PROG, lambda: build_parser().parse_intermixed_args(argv), build_and_report,
+        (MakeRecordsError, errors.HierarchyError),
+        lambda args: 'finished shards are kept, rerun the same command to complete the rest')
+
+
+def build_and_report(args):
+    """Builds the records the arguments ask for and prints the summary; returns the exit
+    status (0)."""
     if args.lists and args.list_dir:
-        _error('give list files or --list_dir, not both')
-        return 2
+        raise InputError('give list files or --list_dir, not both')
     if args.list_dir is not None and not os.path.isdir(args.list_dir):
-        _error('no such list directory: %s' % args.list_dir)
-        return 2
+        raise InputError('no such list directory: %s' % args.list_dir)
     problem = archive_flag_problem(args)
     if problem:
-        _error(problem)
-        return 2
+        raise InputError(problem)
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
     hierarchy = None
     try:
@@ -62,18 +60,9 @@ def main(argv=None):
             make_tfrecords.Output(args.out_dir, args.split, args.num_shards,
                                   args.start_index, args.report, args.overwrite),
             make_tfrecords.Work(args.workers, not args.quiet))
-    except AllImagesSkippedError as exc:
+    except AllImagesSkippedError as exc:  # what was skipped, then the error line (exit 1)
         _print_summary(exc.summary, hierarchy)
-        _error(exc)
-        return 1
-    except (MakeRecordsError, errors.HierarchyError) as exc:
-        _error(exc)
-        return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
-        words, status = stopped(exc)
-        _error('%s; finished shards are kept, rerun the same command to complete the rest'
-               % words)
-        return status
+        raise
     _print_summary(summary, hierarchy)
     return 0
 

@@ -13,8 +13,8 @@ import argparse
 import os
 import sys
 
-from mlimages.cli import arguments, worker_processes
-from mlimages.errors import AllImagesSkippedError, InputError, UsageError, stopped
+from mlimages.cli import arguments, entry, worker_processes
+from mlimages.errors import AllImagesSkippedError, InputError, UsageError
 from mlimages.recordkit import own_images
 
 PROG = 'make_image_list.py'
@@ -128,14 +128,17 @@ def _print_summary(summary, prog=PROG):
 
 def main(argv=None):
     """Command-line entry point; returns the exit status (0, 1 or 2)."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed
-        return exc.code if isinstance(exc.code, int) else 2
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), make_and_report,
+                     (InputError, UsageError), lambda args: 'nothing written')
+
+
+def make_and_report(args):
+    """Writes the image list (and the held-out one, the class dictionary) the arguments
+    ask for and says what was skipped; returns the exit status (0, 1 when every image was
+    skipped)."""
     problem = _usage_problem(args)
     if problem:
-        arguments.error_line(PROG, problem)
-        return 2
+        raise UsageError(problem)
     dictionary = None if args.class_dict_in else (
         args.class_dict_out or os.path.join(os.path.dirname(args.out), 'classes.txt'))
     try:
@@ -143,16 +146,9 @@ def main(argv=None):
             args.out, args.image_root, args.csv, args.val_out, args.val_fraction, args.seed,
             dictionary, args.class_dict_in, args.workers or worker_processes.default_workers(),
             not args.quiet)
-    except AllImagesSkippedError as exc:
+    except AllImagesSkippedError as exc:  # what was skipped, then why nothing was written
         _print_summary(exc.summary)
         arguments.error_line(PROG, '%s; nothing written' % exc)
-        return 1
-    except (InputError, UsageError) as exc:
-        arguments.error_line(PROG, exc)
-        return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, not a traceback
-        words, status = stopped(exc)
-        arguments.error_line(PROG, '%s; nothing written' % words)
-        return status
+        return exc.status
     _print_summary(summary)
     return 0

@@ -27,11 +27,12 @@ is written; DIR is written under a temporary name and renamed when complete.
 Needs pyarrow (requirements-download.txt).
 """
 import os
-import shutil
 import sys
 
+from mlimages import errors
 from mlimages.errors import ListFormatError, UrlListError
-from mlimages.cli import arguments
+from mlimages.files import atomic_directory
+from mlimages.cli import arguments, entry
 from mlimages.cli import progress as _progress
 from mlimages.recordkit.image_lists import parse_sparse
 
@@ -119,20 +120,10 @@ def convert(url_list, out_dir, rows_per_file=1000000, overwrite=False, progress=
     if not rows:
         raise UrlListError('no URLs in %s' % url_list)
 
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, '.%s.tmp-%d' % (os.path.basename(out_dir), os.getpid()))
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
+    with atomic_directory(out_dir) as tmp:
         meter = _Progress(progress, 'writing %s' % out_dir)
         files, renamed = _write_parts(url_list, tmp, rows_per_file, meter)
         meter.finish()
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {'rows': rows, 'files': files, 'renamed': renamed, 'out_dir': out_dir}
 
 
@@ -213,18 +204,20 @@ def build_parser():
 
 
 def main(argv=None):
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    """Command-line entry point; returns the exit status (0 or 2)."""
+    return entry.run(PROG, lambda: build_parser().parse_args(argv), convert_and_report,
+                     (errors.UsageError, UrlListError, ListFormatError),
+                     arguments.download_stopped_note)
+
+
+def convert_and_report(args):
+    """Converts the URL list the arguments name and prints the summary; returns the exit
+    status (0)."""
     try:
         summary = convert(args.url_list, args.out_dir, args.rows_per_file,
                           args.overwrite, progress=not args.quiet)
-    except (ImportError, KeyboardInterrupt) as exc:  # no extras, a signal: one line
-        return arguments.download_failure_status(PROG, exc, args.out_dir)
-    except (UrlListError, ListFormatError) as exc:
-        arguments.error_line(PROG, exc)
-        return 2
+    except ImportError as exc:
+        raise arguments.missing_download_extras(exc) from None
     print('rows: %d in %d files (%s)' % (summary['rows'], summary['files'],
                                          summary['out_dir']))
     print('repeated file names given a -k suffix: %d' % summary['renamed'])
