@@ -297,5 +297,3 @@ def test_the_share_line_and_the_launchers_partition():
     assert devices.describe_share(devices.Share(4, 4, None, 1, 1, None), 0, 0, 0) == (
         'CPU share: 4 cores of the 4 this process may run on, 1 local task; threads: '
         'inter-op default, intra-op default, tf.data pool shared')
-    assert devices.partition_cpus({0, 1, 2, 3, 4}, 2) == [{0, 1, 2}, {3, 4}]
-    assert devices.partition_cpus({4, 6}, 2) == [{4}, {6}]

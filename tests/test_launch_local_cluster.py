@@ -169,9 +169,9 @@ def test_ps_two_workers_train_to_max_iter_on_disjoint_files(dataset, tmp_path):
     assert any('whole job' in l and 'whole run' in l for l in launch.task_lines('chief:0'))
     # Each task pinned to CPUs of its own if there are enough (the launcher's line), and
     # each says its share.
-    cpus, env = devices.cpu_plan(['chief:0', 'worker:0', 'ps:0', 'ps:1', 'evaluator:0'])
+    cpus, env = launcher.cpu_plan(['chief:0', 'worker:0', 'ps:0', 'ps:1', 'evaluator:0'])
     assert ('CPUs (affinity; each task sizes its threads to its share): ' + (
-        'chief:0 %s, ' % devices.cpu_ranges(cpus['chief:0']) if cpus['chief:0'] else
+        'chief:0 %s, ' % launcher.cpu_ranges(cpus['chief:0']) if cpus['chief:0'] else
         'not pinned')) in launch.text
     for task in ('chief:0', 'worker:0', 'ps:0', 'evaluator:0'):
         sees = len(cpus[task] or os.sched_getaffinity(0))

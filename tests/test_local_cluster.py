@@ -4,7 +4,7 @@ clusters)."""
 import json
 import os
 
-from mlimages.distributed import cluster_flags, devices
+from mlimages.distributed import cluster_flags
 from mlimages.distributed import local_cluster
 
 
@@ -41,11 +41,13 @@ def test_each_training_task_gets_its_own_gpus_ps_and_evaluator_none():
 def test_each_task_is_pinned_to_cpus_of_its_own_when_there_are_enough():
     own = os.sched_getaffinity(0)
     names = ['task:%d' % i for i in range(len(own))]
-    cpus, env = devices.cpu_plan(names)
+    cpus, env = local_cluster.cpu_plan(names)
     assert sorted(min(c) for c in cpus.values()) == sorted(own)
     assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own)), 'MLIMAGES_CPU_SET_TASKS': '1'}
-    cpus, env = devices.cpu_plan(names + ['one:0'])  # one too many: none pinned
+    cpus, env = local_cluster.cpu_plan(names + ['one:0'])  # one too many: none pinned
     assert set(cpus.values()) == {None}
     assert env == {'MLIMAGES_LOCAL_TASKS': str(len(own) + 1),
                    'MLIMAGES_CPU_SET_TASKS': str(len(own) + 1)}
-    assert devices.cpu_ranges({0, 1, 2, 5, 7, 8}) == '0-2,5,7-8'
+    assert local_cluster.cpu_ranges({0, 1, 2, 5, 7, 8}) == '0-2,5,7-8'
+    assert local_cluster.partition_cpus({0, 1, 2, 3, 4}, 2) == [{0, 1, 2}, {3, 4}]
+    assert local_cluster.partition_cpus({4, 6}, 2) == [{4}, {6}]

@@ -246,7 +246,7 @@ def cluster_plan(args, train_flags, gpus_per_task, console):
     tasks = []
     names = task_names(cluster) + ([('evaluator', 0)] if args.evaluator else [])
     gpus = task_gpus(names, gpus_per_task, args.evaluator_gpus, gpu_list(os.environ))
-    cpus, share_env = devices.cpu_plan(['%s:%d' % n for n in names])
+    cpus, share_env = cpu_plan(['%s:%d' % n for n in names])
     for task_type, index in names:
         name = '%s:%d' % (task_type, index)
         env = dict(os.environ, TF_CONFIG=cluster_flags.tf_config(cluster, task_type, index),
@@ -264,7 +264,7 @@ def say_plan(say, plan, distribution, in_namespace):
         '%s %s' % (name, value or 'none') for name, value in plan.gpus.items()))
     cpus = plan.cpus
     say('CPUs (affinity; each task sizes its threads to its share): %s' % (', '.join(
-        '%s %s' % (name, devices.cpu_ranges(c)) for name, c in cpus.items()) if any(cpus.values())
+        '%s %s' % (name, cpu_ranges(c)) for name, c in cpus.items()) if any(cpus.values())
         else 'not pinned (fewer than one a task, or no affinity on this OS): the %s tasks '
         'share them' % plan.share_env[devices.LOCAL_TASKS_ENV]))
     say('isolated: the cluster runs in its own network namespace (loopback only)'
@@ -315,3 +315,42 @@ def stop_every_task(tasks, status, signum):
         local_tasks.stop_all([t for t in tasks if t.finishes],
                              grace=5.0 if status else 30.0)
     local_tasks.stop_all([t for t in tasks if not t.finishes], grace=10.0)
+
+
+# ------------------------------------------------------------ the tasks' CPUs
+
+def partition_cpus(cpus, tasks):
+    """`tasks` (at most len(cpus)) contiguous blocks of the sorted `cpus`, of len(cpus) //
+    tasks CPUs (the first ones a CPU more when they do not divide)."""
+    cpus = sorted(cpus)
+    size, extra = divmod(len(cpus), tasks)
+    starts = [i * size + min(i, extra) for i in range(tasks + 1)]
+    return [set(cpus[starts[i]:starts[i + 1]]) for i in range(tasks)]
+
+
+def cpu_plan(names):
+    """({task name: its CPUs, or None}, the environment every task gets): the launcher's
+    CPUs (sched_getaffinity) split among the tasks (partition_cpus) when each can
+    have one of its own and the OS pins processes, else none pinned; with how many tasks
+    share the node (its cgroup quota) and each one's CPUs, for devices.cpu_share."""
+    count = str(len(names))
+    try:
+        own = os.sched_getaffinity(0)
+    except AttributeError:  # no affinity on this OS
+        own = ()
+    if len(own) < len(names):  # pinned, two tasks on one CPU wait for each other's bursts
+        return {name: None for name in names}, {devices.LOCAL_TASKS_ENV: count,
+                                                devices.CPU_SET_TASKS_ENV: count}
+    return dict(zip(names, partition_cpus(own, len(names)))), {
+        devices.LOCAL_TASKS_ENV: count, devices.CPU_SET_TASKS_ENV: '1'}
+
+
+def cpu_ranges(cpus):
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    found, cpus = [], sorted(cpus)
+    for cpu in cpus:
+        if found and cpu == found[-1][1] + 1:
+            found[-1][1] = cpu
+        else:
+            found.append([cpu, cpu])
+    return ','.join('%d' % a if a == b else '%d-%d' % (a, b) for a, b in found)
