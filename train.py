@@ -290,7 +290,8 @@ def dispatch(settings, extra_hooks):
     if settings.task.demo:
         from mlimages import demo
         demo.make_dataset(os.path.abspath(settings.task.demo_dir))
-        demo.report(settings, training.train(settings, flags_txt(settings), extra_hooks))
+        run_estimator, trained = training.train(settings, flags_txt(settings), extra_hooks)
+        demo.report(trained, run_estimator)
     elif mode == 'eval':
         check_eval_model(settings.task.checkpoint_path, settings.output.model_dir,
                          settings.model)

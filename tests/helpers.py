@@ -381,9 +381,13 @@ def model_parts(values, data_format='channels_last'):
 
 
 def laid_out(values, data_format='channels_last'):
-    """Settings with the model group's data_format resolved to data_format, as
-    estimator.for_this_process leaves it."""
-    return values.replace(model=values.model.replace(data_format=data_format))
+    """Settings as estimator.for_this_process leaves them in a process without GPUs: the
+    model group's data_format resolved to data_format, the data group's augment_on."""
+    from mlimages.data import input_pipeline
+    return values.replace(
+        model=values.model.replace(data_format=data_format),
+        data=values.data.replace(augment_on=input_pipeline.resolve_augment_on(
+            values.data.augment_on, has_gpu=False)))
 
 
 def settings(**given):

@@ -308,7 +308,7 @@ for replicas in (1, 2):
         tf.train.update_checkpoint_state(F.model_dir, F.model_dir + '/model.ckpt-0')
     plan = distribute.plan('none', replicas, 1, 0, F.batch_size, replicas, {})
     run = flags_lib.settings(F)
-    run = run.replace(model=run.model.replace(data_format='channels_last'))
+    run = estimator_lib.for_this_process(run)  # --data_format=NHWC, augment_on cpu
     estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
     estimator._session_config.device_count['CPU'] = 2
     estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
@@ -415,7 +415,7 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--lr=0.0
    '--model_dir=' + sys.argv[1]])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
 run = flags_lib.settings(F)
-run = run.replace(model=run.model.replace(data_format='channels_last'))
+run = estimator_lib.for_this_process(run)  # --data_format=NHWC, augment_on cpu
 estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
 estimator._session_config.device_count['CPU'] = 2
 sys.path.insert(0, 'tests')

@@ -161,7 +161,7 @@ F(['train.py', '--class_num=5', '--resnet_size=18', '--image_size=32', '--batch_
    '--data_dir=' + data_dir, '--model_dir=' + model_dir] + sys.argv[4:])
 plan = distribute.plan('none', 2, 1, 0, 2, 2, {})
 run = flags_lib.settings(F)
-run = run.replace(model=run.model.replace(data_format='channels_last'))
+run = estimator_lib.for_this_process(run)  # --data_format=NHWC, augment_on cpu
 estimator = estimator_lib.make_estimator(run, estimator_lib.derived_values(run, plan), plan)
 estimator._session_config.device_count['CPU'] = 2
 files, _ = training.training_files(run.data, run.model.class_num, plan)

@@ -74,7 +74,7 @@ F(['train.py', '--resnet_size=%s' % sys.argv[2], '--class_num=%s' % sys.argv[3],
    '--use_synthetic_data', '--data_format=NHWC', '--visiable_gpu=-1', '--max_iter=1',
    '--model_dir=' + sys.argv[5], '--dtype=' + sys.argv[6]] + sys.argv[8:])
 settings = flags_lib.settings(F)
-settings = settings.replace(model=settings.model.replace(data_format='channels_last'))
+settings = estimator_lib.for_this_process(settings)  # --data_format=NHWC, no GPU
 plan = distribute.plan('none', R, 1, 0, 2, R, {})
 estimator = estimator_lib.make_estimator(
     settings, estimator_lib.derived_values(settings, plan), plan)

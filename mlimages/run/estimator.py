@@ -182,8 +182,8 @@ def log_to_file(log_dir, name='train.log'):
 
 
 def pipeline_input_fn(data, model, seed, is_training, files, record_shard=None):
-    """input_pipeline.input_fn of the data and model groups, --augment_on resolved."""
-    data = data.replace(augment_on=augment_on(data))
+    """input_pipeline.input_fn of the data and model groups (for_this_process's: their
+    --augment_on resolved)."""
     return lambda: input_pipeline.input_fn(data, model, is_training, files, seed,
                                            record_shard)
 

@@ -57,8 +57,7 @@ def evaluation_checkpoint(checkpoint_path, model_dir):
 def evaluation_estimator(settings):
     """(the Estimator of --mode=eval, the calibration.ScoreCollector of
     --threshold=calibrated or None, the class_report.ClassReport: with a collector its
-    table waits for the calibrated thresholds)."""
-    settings = estimator.for_this_process(settings)
+    table waits for the calibrated thresholds). settings: for_this_process's."""
     derived, collector = estimator.derived_values(settings), None
     if settings.inference.threshold == calibration.CALIBRATED:
         collector = calibration.ScoreCollector(settings.training.mask_thres)
@@ -73,6 +72,7 @@ def evaluate(settings, run_hooks=()):
     chooses the thresholds per class on these batches (calibrate_and_report). Returns the
     metrics. settings: the run's Settings (the data, model, training, output, evaluation
     and inference groups); run_hooks: more SessionRunHooks of the evaluation."""
+    settings = estimator.for_this_process(settings)
     data, model, output = settings.data, settings.model, settings.output
     files = evaluation_files(data, model.class_num)
     checkpoint_path = evaluation_checkpoint(settings.task.checkpoint_path, output.model_dir)

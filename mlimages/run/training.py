@@ -103,9 +103,10 @@ def write_flags_txt(model_dir, flags_txt):
 
 def train(settings, flags_txt=None, extra_hooks=()):
     """Trains to global step --max_iter (evaluating every --test_interval steps in
-    train_and_eval mode); the settings are validated (train.validate). flags_txt: (header
-    lines, flag lines) the chief writes to <model_dir>/flags.txt; extra_hooks: more
-    SessionRunHooks of every training session. Returns the Estimator."""
+    train_and_eval mode); the settings are checked (train.py). flags_txt: (header lines,
+    flag lines) the chief writes to <model_dir>/flags.txt; extra_hooks: more
+    SessionRunHooks of every training session. Returns (the Estimator, the Settings of
+    this process: estimator.for_this_process's, what the demo's evaluation reads)."""
     plan = cluster_plan(settings.task.mode, settings.cluster, settings.devices.num_gpus,
                         settings.data.batch_size, settings.output.model_dir)
     # ps tasks and an evaluator share the workers' flags but have no GPU: NHWC for them.
@@ -135,8 +136,9 @@ def train(settings, flags_txt=None, extra_hooks=()):
     derived = dataclasses.replace(derived, watch=peers.for_task(
         plan, settings.cluster.peer_timeout, PROGRAM, tf.logging.info, tf.logging.warning))
     run_estimator = estimator.make_estimator(settings, derived, plan)
-    return train_with_hooks(run_estimator, settings, plan, chief, derived,
-                            (files, record_shard, val_files), extra_hooks)
+    train_with_hooks(run_estimator, settings, plan, chief, derived,
+                     (files, record_shard, val_files), extra_hooks)
+    return run_estimator, settings
 
 
 def input_files(data, class_num, mode, plan):
@@ -252,8 +254,7 @@ def log_model(settings, memory_lines):
 def train_with_hooks(run_estimator, settings, plan, chief, derived, inputs, extra_hooks):
     """Trains with the session hooks of the task (training_session_hooks), a failure said
     in one line (failure_error); a ps task serves instead. derived: the model_fn.Derived
-    of the Estimator (its peer watch, stopped once training returns). Returns the
-    Estimator."""
+    of the Estimator (its peer watch, stopped once training returns)."""
     output, max_iter, watch = settings.output, settings.schedule.max_iter, derived.watch
     tracker = hooks.StepTracker()
     preempt = preemption.Preemption(PROGRAM)
@@ -273,7 +274,7 @@ def train_with_hooks(run_estimator, settings, plan, chief, derived, inputs, extr
                 op_determinism(settings.training.deterministic):
             if plan.task is not None and plan.task.type == 'ps':
                 serve_ps(run_estimator, plan, watch)
-                return run_estimator
+                return
             try:
                 train_all(run_estimator, settings, plan, inputs, run_hooks, stop_hook,
                           preempt.requested)
@@ -290,7 +291,6 @@ def train_with_hooks(run_estimator, settings, plan, chief, derived, inputs, extr
         ps_server.report_done(plan.task.cluster, plan.worker_id, tf.logging.warning)
     tf.logging.info('done; TensorBoard: %s --logdir %s', interpreter.script_command(
         'tensorboard'), output.model_dir)
-    return run_estimator
 
 
 def training_session_hooks(plan, max_iter, tracker, watch, stop_hook, extra_hooks):
