@@ -414,9 +414,11 @@ _float(Schedule, 'lr_warmup_decay_factor', 1.414, 'Factor per warm-up stair (> 1
 _int(Schedule, 'max_iter', 1000000, 'Train until the global step reaches this (a resumed run '
      'stops at the same step); -1 = forever.',
      check=checks.steps_or_forever)
-_int(Training, 'random_seed', 1234, 'Seed of the negative-class selection (--deterministic: of all).')
-_bool(Training, 'deterministic', False, 'Repeatable runs, the same figures from the same command on '
-      'one machine: graph seed --random_seed, TensorFlow\'s op determinism; slower input.')
+_int(Training, 'random_seed', 1234,
+     'Seed of the negative-class selection (--deterministic: of all).')
+_bool(Training, 'deterministic', False,
+      'Repeatable runs, the same figures from the same command on one machine: graph seed '
+      '--random_seed, TensorFlow\'s op determinism; slower input.')
 _string(Finetune, 'pretrain_ckpt', '',
         'Fine-tune: initialise every model variable but the head (logits/*), batch-norm '
         'moving statistics included, from this checkpoint (a prefix, or a directory = its '
@@ -453,7 +455,8 @@ _string(Finetune, 'frozen_bn', 'train',
         'training. train: as finetune.py, batch statistics of the batch, and the moving '
         'mean/variance keep being updated (only kernels, gamma and beta are frozen). '
         'inference: the restored moving statistics, which then stay unchanged.',
-        check=checks.one_of(choices.FROZEN_BN_MODES, '--frozen_bn must be train or inference, got %r'))
+        check=checks.one_of(choices.FROZEN_BN_MODES,
+                            '--frozen_bn must be train or inference, got %r'))
 
 _int(Output, 'log_interval', 100, 'Every this many steps: print learning_rate, cross_entropy, '
      'train_accuracy, images/s and ETA (and write TensorBoard summaries, unless '

@@ -140,13 +140,16 @@ def check_cpu_kernels(dtype, devices_group):
 def trained_settings(settings):
     """--mode=eval, predict and export: the Settings with the network's settings
     (inference_settings) from the flags.txt beside the checkpoint unless given on the
-    command line, logged first once the checkpoint is found (a missing one is the one
-    line)."""
+    command line, logged first once the checkpoint is found. Without a checkpoint, the
+    Settings as given: the mode says what is missing, once the flags are checked."""
     task, model_dir = settings.task, settings.output.model_dir
-    if task.mode == 'eval':
-        evaluation.evaluation_checkpoint(task.checkpoint_path, model_dir)
-    else:
-        inference_checkpoint(task.checkpoint_path, model_dir)
+    try:
+        if task.mode == 'eval':
+            evaluation.evaluation_checkpoint(task.checkpoint_path, model_dir)
+        else:
+            inference_checkpoint(task.checkpoint_path, model_dir)
+    except UsageError:
+        return settings
     values, lines = inference_settings.checkpoint_settings(
         flags_lib.flat(settings), flags_lib.given(), task.checkpoint_path or model_dir,
         inference_settings.MODE_SETTINGS[task.mode])
@@ -174,13 +177,12 @@ def inference_checkpoint(checkpoint_path, model_dir):
 def predict(settings):
     """--mode=predict: tools/predict.py's TSV for the images of --piclist, on stdout."""
     inference, model = settings.inference, settings.model
+    checkpoint = inference_checkpoint(settings.task.checkpoint_path, settings.output.model_dir)
     images = inference_io.collect_images(list_file=inference.piclist)
     predictor = serving.load_predictor(
-        checkpoint=inference_checkpoint(settings.task.checkpoint_path,
-                                        settings.output.model_dir),
-        model=model, finetune=settings.finetune, resnet_size=model.resnet_size,
-        class_num=model.class_num, top_k=inference.top_k, preprocess=inference.preprocess,
-        dtype=model.dtype)
+        checkpoint=checkpoint, model=model, finetune=settings.finetune,
+        resnet_size=model.resnet_size, class_num=model.class_num, top_k=inference.top_k,
+        preprocess=inference.preprocess, dtype=model.dtype)
     try:
         names = (inference_io.load_class_names(inference.class_dict, predictor.class_num)
                  if inference.class_dict else None)
@@ -274,9 +276,9 @@ def settled(settings):
 
 
 def dispatch(settings, extra_hooks):
-    """Settles the Settings, checks them once, starts the cluster, chooses the devices and
-    checks what the settings name, then runs the mode: --demo, eval, predict, export, or training (train,
-    train_and_eval) and --export_dir's SavedModel after it."""
+    """Settles the Settings, checks them once, starts the cluster, chooses the devices
+    and checks what the settings name, then runs the mode: --demo, eval, predict,
+    export, or training (train, train_and_eval) and --export_dir's SavedModel after it."""
     if settings.task.mode in ('eval', 'predict') and not settings.task.demo:
         check_inference_dtype(settings.model.dtype)  # before the checkpoint is looked for
     settings = settled(settings)

@@ -74,8 +74,8 @@ def evaluate(settings, run_hooks=()):
     and inference groups); run_hooks: more SessionRunHooks of the evaluation."""
     settings = estimator.for_this_process(settings)
     data, model, output = settings.data, settings.model, settings.output
-    files = evaluation_files(data, model.class_num)
     checkpoint_path = evaluation_checkpoint(settings.task.checkpoint_path, output.model_dir)
+    files = evaluation_files(data, model.class_num)
     estimator.log_to_file(output.log_dir)
     eval_estimator, collector, report = evaluation_estimator(settings)
     results = evaluate_checkpoint(settings, eval_estimator, checkpoint_path, files, run_hooks)
