@@ -334,14 +334,22 @@ def test_two_record_builders_on_one_split(tmp_path):
                 str(list_file)]
     a = subprocess.Popen(builder(tmp_path / 'a.txt'), cwd=ROOT, env=ENV,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    writer = None
     try:
-        # The event: A holds the lock (its file names A's pid); the pipe keeps A there.
+        # The event: A holds the lock (its file names A's pid) and has opened the pipe to
+        # read it (TensorFlow imported, its shard begun). A non-blocking open for writing
+        # succeeds only once a reader has the pipe open; held open, unwritten, it keeps A
+        # waiting in its read.
         lock = out / 'train' / '.lock'
         deadline = threading.Event()
         timer = threading.Timer(120, deadline.set)
         timer.start()
-        while not (lock.exists() and 'pid %d ' % a.pid in lock.read_text()) and \
-                a.poll() is None and not deadline.is_set():
+        while writer is None and a.poll() is None and not deadline.is_set():
+            if lock.exists() and 'pid %d ' % a.pid in lock.read_text():
+                try:
+                    writer = os.open(str(images / 'pipe.jpg'), os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:  # ENXIO: no reader yet
+                    pass
             deadline.wait(0.05)
         timer.cancel()
         b = subprocess.run(builder(tmp_path / 'b.txt'), cwd=ROOT, env=ENV,
@@ -350,14 +358,17 @@ def test_two_record_builders_on_one_split(tmp_path):
         assert re.search(r'make_tfrecords\.py: error: another make_tfrecords\.py \(pid %d on '
                          r'host \S+ since .*\) is using %s' % (a.pid, re.escape(
                              str(out / 'train'))), b.stderr), b.stderr
-        # B wrote nothing: the split holds A's lock and (since records are planned once) A's
-        # shard plan, nothing else
-        assert set(os.listdir(out / 'train')) <= {'.lock', '.plan-%d.npy' % a.pid}
+        # B wrote nothing: the split holds A's lock, (since records are planned once) A's
+        # shard plan and A's shard in progress, nothing else
+        assert set(os.listdir(out / 'train')) <= {'.lock', '.plan-%d.npy' % a.pid,
+                                                  '0.tfrecords.tmp-%d' % a.pid}
         a.send_signal(signal.SIGINT)
         a_err = a.communicate(timeout=120)[1]
     finally:
         a.kill()
         a.wait()
+        if writer is not None:
+            os.close(writer)
     assert a.returncode == 130, a_err
     assert a_err.strip().splitlines()[-1] == (
         'make_tfrecords.py: error: stopped by SIGINT; finished shards are kept, rerun the same '
