@@ -27,7 +27,8 @@ if __name__ == '__main__' and startup.wants_help():
     import flags as flags_lib  # absl only: --help prints at once
     sys.stdout.write(flags_lib.grouped_help(PROGRAM))
     sys.exit(0)
-startup.before_tensorflow(PROGRAM)  # quiet start-up and the versions, before the import
+# quiet start-up, the versions and the CPU's kernel library, before the import
+startup.before_tensorflow(PROGRAM, choose_kernels=True)
 
 # After start-up on purpose: startup quiets TensorFlow and checks its version first.
 import tensorflow.compat.v1 as tf  # noqa: E402

@@ -69,3 +69,33 @@ def test_forward_input_gradient_only_with_eigen_kernels_and_no_gpu():
     assert 'oneDNN' in cpu.forward_input_grad(False, onednn).reason
     assert cpu.forward_input_grad(True, eigen).value is False
     assert cpu.forward_input_grad(True, onednn).value is False
+
+
+@pytest.mark.parametrize('flags,dtype,chosen', [
+    (AVX2, 'fp32', True), (AVX2, 'auto', True),       # TensorFlow's default: off
+    (AVX2, 'bf16', False), (AVX2, 'fp16', False),      # its own kernels emulate these
+    ('fpu sse2 avx avx2', 'fp32', False),              # no FMA
+    ('fpu sse2 avx', 'fp32', False), ('', 'fp32', False),
+    (AVX512_VNNI, 'fp32', False), (AMX, 'fp32', False),  # TensorFlow's default: on
+])
+def test_onednn_preferred_for_fp32_on_avx2_fma_cpus_tensorflow_leaves_off(flags, dtype, chosen):
+    this = cpu.parse_cpuinfo(cpuinfo(flags))
+    environ = {}
+    assert cpu.prefer_onednn(this, environ, dtype) is chosen
+    if chosen:
+        assert environ[cpu.ONEDNN_ENV] == '1'
+        choice = cpu.onednn(this, environ)
+        assert choice.value is True and "train.py's choice" in choice.reason
+        assert 'TF_ENABLE_ONEDNN_OPTS=0' in choice.reason
+    else:
+        assert environ == {}
+    # a setting of the user's, in any spelling, stays
+    for value in ('0', '1', 'maybe', ''):
+        environ = {cpu.ONEDNN_ENV: value}
+        assert cpu.prefer_onednn(this, environ, dtype) is False
+        assert environ == {cpu.ONEDNN_ENV: value}
+
+
+def test_pointwise_matmul_only_without_gpu():
+    assert cpu.pointwise_matmul(False).value is True
+    assert cpu.pointwise_matmul(True) == (False, "a GPU: cuDNN's convolutions")

@@ -178,6 +178,69 @@ def test_fast_input_gradient_equals_autodiff(kernel_size, channels):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize('size,strides', [(5, 1), (6, 1), (5, 2), (6, 2), (7, 3)])
+def test_pointwise_matmul_equals_a_numpy_reference(size, strides):
+    """cpu_pointwise: a 1x1 conv (after a strided one's subsampling) as a matrix product:
+    its output and both gradients against numpy's, at odd and even sizes."""
+    rng = np.random.default_rng(size * 10 + strides)
+    x_val = rng.normal(size=(2, size, size, 6)).astype(np.float32)
+    out_size = -(-size // strides)
+    w_val = rng.normal(size=(2, out_size, out_size, 4)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.constant(x_val)
+        y = resnet.conv2d_fixed_padding(x, 'c', 4, 1, strides, 'channels_last',
+                                        cpu_pointwise=True)
+        kernel = tf.global_variables()[0]
+        grads = tf.gradients(tf.reduce_sum(y * w_val), [x, kernel])
+        assert not [op for op in graph.get_operations() if op.type.startswith('Conv2D')]
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            out, (dx, dk), k_val = sess.run([y, grads, kernel])
+    assert y.shape.as_list() == [2, out_size, out_size, 4]
+    k2 = k_val.reshape(6, 4)
+    sub = x_val[:, ::strides, ::strides, :]
+    want_dx = np.zeros_like(x_val)
+    want_dx[:, ::strides, ::strides, :] = np.einsum('nhwd,cd->nhwc', w_val, k2)
+    np.testing.assert_allclose(out, np.einsum('nhwc,cd->nhwd', sub, k2), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dk.reshape(6, 4), np.einsum('nhwc,nhwd->cd', sub, w_val),
+                               rtol=1e-4, atol=1e-4)
+
+
+def network_outputs(resnet_size, cpu_pointwise, values=None):
+    """(logits, every variable's gradient, {name: value}) of a training-mode network on a
+    fixed batch; values: the variables' values to load (else their initializers')."""
+    images = np.random.default_rng(3).uniform(-1, 1, size=(2, 32, 32, 3)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        network = resnet.ResNet(resnet_size, 5, 'channels_last', cpu_input_grad=True,
+                                cpu_pointwise=cpu_pointwise)
+        logits = network(tf.constant(images), True)
+        variables = tf.global_variables()
+        grads = tf.gradients(tf.reduce_sum(tf.sin(logits)), tf.trainable_variables())
+        conv_ops = {op.type for op in graph.get_operations()}
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            if values:
+                for v in variables:
+                    v.load(values[v.op.name], sess)
+            out, grad_values, var_values = sess.run([logits, grads, variables])
+    return out, grad_values, {v.op.name: value for v, value in zip(variables, var_values)}, \
+        conv_ops
+
+
+@pytest.mark.parametrize('resnet_size', [18, 50])
+def test_pointwise_network_is_the_same_network(resnet_size):
+    """The same variables (names, shapes) and, on the same values, the same logits and
+    gradients, with the 1x1 convolutions as matrix products or as convolutions."""
+    out, grads, values, ops = network_outputs(resnet_size, False)
+    out2, grads2, values2, ops2 = network_outputs(resnet_size, True, values)
+    assert {k: v.shape for k, v in values.items()} == {k: v.shape for k, v in values2.items()}
+    assert 'AvgPool' in ops2 and 'AvgPool' not in ops
+    np.testing.assert_allclose(out2, out, rtol=1e-4, atol=1e-4)
+    for g2, g in zip(grads2, grads):
+        np.testing.assert_allclose(g2, g, rtol=1e-3, atol=1e-4 * max(1.0, np.abs(g).max()))
+
+
 def frozen_variables(variables, scopes):
     """The variables that live under one of `scopes`."""
     prefixes = tuple(scope + '/' for scope in scopes)

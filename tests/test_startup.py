@@ -2,11 +2,13 @@
 TensorFlow, one line and exit 2 for a flag that does not parse, a quiet log."""
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from mlimages.config import interpreter, startup
-from helpers import run_program
+from helpers import ENV, run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The user's environment: no TF_CPP_MIN_LOG_LEVEL of the tests' own.
@@ -150,3 +152,36 @@ def test_a_retried_session_error_is_logged_in_one_line_without_its_stack_traces(
     assert '\n' not in retried and 'File "' not in retried, retried
     assert retried.startswith('An error was raised. This may be due to a preemption')
     assert 'the cause : Tensor had NaN values' in retried, retried
+
+
+def test_requested_dtype_reads_the_command_line_and_its_flagfiles(tmp_path):
+    inner = tmp_path / 'inner.txt'
+    inner.write_text('--dtype=bf16\n')
+    outer = tmp_path / 'outer.txt'
+    outer.write_text('--lr=0.1\n--flagfile=%s\n' % inner)
+    assert startup.requested_dtype([]) == 'fp32'
+    assert startup.requested_dtype(['--dtype=bf16']) == 'bf16'
+    assert startup.requested_dtype(['--dtype', 'fp16', '--lr=1']) == 'fp16'
+    assert startup.requested_dtype(['--flagfile=%s' % outer]) == 'bf16'
+    assert startup.requested_dtype(['--flagfile=%s' % outer, '--dtype=fp32']) == 'fp32'
+    # left to the real parse, which names the file
+    assert startup.requested_dtype(['--flagfile=%s' % (tmp_path / 'none.txt')]) == 'fp32'
+
+
+@pytest.mark.parametrize('dtype', ['fp32', 'bf16'])
+def test_train_py_loads_tensorflow_with_the_kernels_it_prefers(dtype):
+    """Whatever this CPU: TensorFlow in train.py's process has oneDNN on exactly when
+    config/cpu.py's rule says (TensorFlow's default, or train.py's choice for fp32 on an
+    AVX2/FMA CPU); a setting of the user's wins."""
+    from mlimages.config import cpu
+    code = ('import sys; sys.argv = ["train.py", "--dtype=%s"]; import train; '
+            'from tensorflow.python.util import _pywrap_util_port as port; '
+            'print(bool(port.IsMklEnabled()))' % dtype)
+    env = {k: v for k, v in ENV.items() if k not in (cpu.ONEDNN_ENV, cpu.ONEDNN_CHOSEN_ENV)}
+    this = cpu.this_cpu()
+    want = cpu.onednn(this, {}).value or cpu.prefer_onednn(this, {}, dtype)
+    for extra, expected in (({}, want), ({cpu.ONEDNN_ENV: '0'}, False)):
+        result = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=dict(env, **extra),
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.split()[-1] == str(expected), (extra, result.stdout)

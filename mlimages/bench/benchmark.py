@@ -48,7 +48,7 @@ import sys
 
 import numpy as np
 
-from mlimages.config import startup
+from mlimages.config import cpu, startup
 from mlimages.bench import (bookkeeping, engines, first_step, photos, report_cost,
                             versus_keras)
 from mlimages import errors
@@ -74,8 +74,8 @@ def step_settings(args):
 def build_step(name, files, args, literal_model=False, xla=None):
     """A training step of model_fn.resnet_model_fn on synthetic or real input.
 
-    literal_model: the convolutions' input gradients as TensorFlow computes them (the
-    original's graph) instead of resnet.py's CPU fast path.
+    literal_model: the convolutions and their input gradients as TensorFlow computes them
+    (the original's graph) instead of resnet.py's CPU forms.
     """
     tf = lazy_tensorflow.tensorflow()
     from mlimages.data import input_pipeline
@@ -90,7 +90,8 @@ def build_step(name, files, args, literal_model=False, xla=None):
         iterator = tf.data.make_initializable_iterator(dataset)
         features, labels = iterator.get_next()
         derived = model_fn.Derived(images_per_step=settings.data.batch_size,
-                                   cpu_input_grad=not literal_model)
+                                   cpu_input_grad=not literal_model,
+                                   cpu_pointwise=not literal_model)
         spec = model_fn.make_model_fn(model_fn.parts(settings, 'channels_last'), derived)(
             features, labels, tf.estimator.ModeKeys.TRAIN)
         init = [iterator.initializer, tf.global_variables_initializer(),
@@ -188,6 +189,8 @@ def measure(args):
     """The measurement the arguments ask for (by default the input pipelines' and the
     training steps' tables on stdout); returns the exit status (0, 2 bad usage)."""
     import flags as flags_lib  # absl only; TensorFlow comes later
+    # train.py's kernel library for the steps it times (train.py's start-up's choice).
+    cpu.prefer_onednn(cpu.this_cpu(), os.environ, args.dtype)
     args.defaults = flags_lib.default_settings()  # the trainer's settings the pipelines start from
     tf = start_tensorflow()
     if args.photos or args.coverage:

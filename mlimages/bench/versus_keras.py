@@ -10,8 +10,11 @@ sigmoid cross-entropy and Momentum SGD:
             BinaryCrossentropy(from_logits=True) and SGD(momentum=0.9), stepped by the
             train function model.fit runs, in a child process (TensorFlow 2 mode); bf16 is
             the 'mixed_bfloat16' policy
-Keras' V2 network does a little more work than train.py's (its stride-2 convolutions sit
-at the end of a stage, and its convolutions have biases). The sides take turns of
+train.py's network does more work than Keras' V2 at the same depth (the original's: no
+max-pool, so each stage's first block reads its input at twice the resolution; at 160 px
+ResNet-50 is 2.11 G multiply-adds an image against Keras' 1.78 G, and 1.7x the batch
+norm's elements). train.py runs with the kernel library its start-up chooses
+(cpu.prefer_onednn), Keras with TensorFlow's default; the table names both. The sides take turns of
 --keras_steps steps, the first side alternating; the table shows the medians of the
 turns' images/s and of the per-turn ratio train.py / Keras. fp32 always; bf16 only on a
 CPU with AMX_BF16 or AVX512_BF16 (config/cpu.py), the line says why not otherwise.
@@ -87,7 +90,8 @@ class TrainPySide(object):
             dataset = input_pipeline.input_fn(settings.data, settings.model, True, [])
             features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
             derived = model_fn.Derived(images_per_step=args.keras_batch_size,
-                                       cpu_input_grad=estimator.input_grad_choice().value)
+                                       cpu_input_grad=estimator.input_grad_choice().value,
+                                       cpu_pointwise=estimator.pointwise_choice().value)
             parts = model_fn.parts(settings, settings.model.data_format)
             self.train_op = model_fn.make_model_fn(parts, derived)(
                 features, labels, tf.estimator.ModeKeys.TRAIN).train_op
@@ -108,6 +112,16 @@ class TrainPySide(object):
         self.session.close()
 
 
+def keras_environment(environ):
+    """The Keras child's environment: this one, without the oneDNN setting train.py's
+    start-up chose (cpu.prefer_onednn): Keras runs on TensorFlow's default kernels, as
+    its users do; a setting of the user's stays for both sides."""
+    env = dict(environ)
+    if env.pop(cpu.ONEDNN_CHOSEN_ENV, None):
+        env.pop(cpu.ONEDNN_ENV, None)
+    return env
+
+
 class KerasSide(object):
     """The Keras peer in a child process: it builds, warms up, then runs n steps on each
     request and answers their wall and CPU seconds."""
@@ -117,7 +131,7 @@ class KerasSide(object):
         spec = dict(model=KERAS_MODELS[args.resnet_size], image_size=args.keras_image_size,
                     batch_size=args.keras_batch_size, class_num=args.keras_class_num,
                     dtype=dtype, inter_op=inter_op, intra_op=intra_op)
-        env = dict(os.environ)
+        env = keras_environment(os.environ)
         env.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
         self.child = subprocess.Popen(
             [sys.executable, '-m', 'mlimages.bench.versus_keras', json.dumps(spec)],
@@ -168,13 +182,14 @@ def median_ratio(ours, theirs):
 def table(args, results, note):
     """The side-by-side table's lines: results, [(dtype, compare's figures)]."""
     this_cpu = cpu.this_cpu()
-    onednn = cpu.onednn(this_cpu, os.environ)
+    ours, theirs = (cpu.onednn(this_cpu, env)
+                    for env in (os.environ, keras_environment(os.environ)))
     lines = ['train.py vs Keras %s: ResNet-%d, batch %d, image %d, %d classes' % (
                  KERAS_MODELS[args.resnet_size], args.resnet_size, args.keras_batch_size,
                  args.keras_image_size, args.keras_class_num),
-             'CPU %s: oneDNN kernels %s (%s)' % (this_cpu.model or 'unknown',
-                                                 'on' if onednn.value else 'off',
-                                                 onednn.reason),
+             'CPU %s: oneDNN kernels for train.py %s (%s), for Keras %s (%s)' % (
+                 this_cpu.model or 'unknown', 'on' if ours.value else 'off', ours.reason,
+                 'on' if theirs.value else 'off', theirs.reason),
              '  %-6s %16s %13s %8s %19s %13s %10s' % (
                  'dtype', 'train.py img/s', 'Keras img/s', 'ratio', 'train.py CPU ms/img',
                  'Keras CPU ms', 'CPU ratio')]

@@ -13,6 +13,9 @@
   preempted peer: it creates the session anew) keeps its words but gives the error as
   errors.op_error_text, one line: without the two stack traces of where the failed op was
   built (some 50 lines of TensorFlow's internals each time).
+- train.py's kernel library: oneDNN's kernels are turned on where it prefers them
+  (config/cpu.py prefer_onednn: an fp32 run on an AVX2/FMA CPU whose TensorFlow default
+  leaves them off); TensorFlow reads that setting once, when it loads.
 - The Python and TensorFlow versions are checked: this code runs on Python 3.9-3.11 with
   TensorFlow 2.15 (the last release with tf.estimator).
 """
@@ -21,7 +24,7 @@ import os
 import sys
 import warnings
 
-from mlimages.config import interpreter
+from mlimages.config import cpu, interpreter
 from mlimages.errors import op_error_text
 
 SUPPORTED_PYTHON = ((3, 9), (3, 11))
@@ -106,14 +109,36 @@ class _Quiet(logging.Filter):
             record.levelno == logging.WARNING and 'deprecat' in message)
 
 
-def before_tensorflow(program, argv=None):
+def requested_dtype(argv):
+    """--dtype as the command line gives it (its --flagfile files read; the last one
+    wins), or flags.py's default 'fp32'; a command line absl cannot read is left to the
+    real parse, and counts as the default here."""
+    from absl import flags as absl_flags
+    try:
+        argv = absl_flags.FlagValues().read_flags_from_files(list(argv), force_gnu=False)
+    except (absl_flags.Error, OSError):
+        return 'fp32'
+    dtype = 'fp32'
+    for i, arg in enumerate(argv):
+        if arg.startswith(('--dtype=', '-dtype=')):
+            dtype = arg.split('=', 1)[1]
+        elif arg in ('--dtype', '-dtype') and i + 1 < len(argv):
+            dtype = argv[i + 1]
+    return dtype
+
+
+def before_tensorflow(program, argv=None, choose_kernels=False):
     """Call first in an entry point, before anything imports TensorFlow; returns whether
-    --verbose was given."""
+    --verbose was given. choose_kernels: the entry point trains or runs the model with
+    --dtype, and TensorFlow's oneDNN kernels are turned on where train.py prefers them
+    (cpu.prefer_onednn)."""
     argv = sys.argv[1:] if argv is None else argv
     check_python(program)
     verbose = verbose_requested(argv)
     if not verbose:
         os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+    if choose_kernels:
+        cpu.prefer_onednn(cpu.this_cpu(), os.environ, requested_dtype(argv))
     try:
         import tensorflow as tf_root
     except ImportError as e:

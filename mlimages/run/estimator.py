@@ -83,6 +83,12 @@ def input_grad_choice():
                                   cpu.onednn(cpu.this_cpu(), os.environ))
 
 
+def pointwise_choice():
+    """cpu.Choice: whether this process's 1x1 convolutions are matrix products
+    (cpu.pointwise_matmul), and why."""
+    return cpu.pointwise_matmul(devices.gpu_count() > 0)
+
+
 def derived_values(settings, plan=None, warm_start=None):
     """The model_fn.Derived of this process (from --max_iter, --model_dir, --hierarchy and
     --class_num): plan, the distribute.Plan of a training run (images a step of this
@@ -92,7 +98,7 @@ def derived_values(settings, plan=None, warm_start=None):
     evaluates = settings.task.demo or settings.task.mode in ('eval', 'train_and_eval') or (
         plan is not None and plan.evaluates)
     derived = model_fn.Derived(
-        cpu_input_grad=input_grad_choice().value,
+        cpu_input_grad=input_grad_choice().value, cpu_pointwise=pointwise_choice().value,
         max_steps=training_steps(settings.schedule.max_iter),
         legacy_counters=checkpoints.has_legacy_counters(model_dir),
         leaf_mask=leaves, warm_start=warm_start,

@@ -75,6 +75,7 @@ class Derived:
     stop_together: bool = False  # a synchronous job: its tasks agree in each step on a stop
     score_hook: object = None  # evaluation: hook(labels, scores) -> a SessionRunHook, or None
     cpu_input_grad: bool = False  # resnet's forward-conv input gradients (config/cpu.py)
+    cpu_pointwise: bool = False  # resnet's 1x1 convolutions as matrix products (config/cpu.py)
     checkpoint_dir: str | None = None  # where this task's saver writes: None = --model_dir
     class_report: object = None  # evaluation: the class_report.ClassReport, or None
     watch: object = None  # a cluster task's peers.Watch: its saves are waits on the job
@@ -232,7 +233,8 @@ def build_network(images, mode, parts, derived):
                             model.batch_norm_decay, model.batch_norm_epsilon,
                             fix_block2=finetune.FixBlock2,
                             frozen_bn=finetune.frozen_bn, head_shards=derived.head_shards,
-                            cpu_input_grad=derived.cpu_input_grad)
+                            cpu_input_grad=derived.cpu_input_grad,
+                            cpu_pointwise=derived.cpu_pointwise)
     updates_before = len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
     with precision.model_scope(model.dtype):
         logits = precision.float32(network(precision.model_input(images, model.dtype),

@@ -216,11 +216,13 @@ def cpu_line():
     """The log's line on the CPU and the kernel choices made from it (config/cpu.py)."""
     this_cpu = cpu.this_cpu()
     onednn = cpu.onednn(this_cpu, os.environ)
-    grad = estimator.input_grad_choice()
-    return 'CPU %s: oneDNN kernels %s (%s); stride-1 convolution input gradients %s (%s)' % (
-        this_cpu.model or 'unknown', 'on' if onednn.value else 'off', onednn.reason,
-        'as forward convolutions' if grad.value else 'the kernels\' own',
-        grad.reason)
+    grad, pointwise = estimator.input_grad_choice(), estimator.pointwise_choice()
+    return ('CPU %s: oneDNN kernels %s (%s); stride-1 convolution input gradients %s (%s); '
+            '1x1 convolutions %s (%s)' % (
+                this_cpu.model or 'unknown', 'on' if onednn.value else 'off', onednn.reason,
+                'as forward convolutions' if grad.value else 'the kernels\' own', grad.reason,
+                'as matrix products' if pointwise.value else 'as convolutions',
+                pointwise.reason))
 
 
 def log_model(settings, memory_lines):
