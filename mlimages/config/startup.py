@@ -109,16 +109,35 @@ class _Quiet(logging.Filter):
             record.levelno == logging.WARNING and 'deprecat' in message)
 
 
+def _expanded(argv, depth=0):
+    """argv with each --flagfile's lines in its place, as absl reads them (one argument a
+    line; blank lines and #, // comments skipped); an unreadable file is left to the real
+    parse, which names it."""
+    out, args = [], iter(argv)
+    for arg in args:
+        path = None
+        if arg.startswith(('--flagfile=', '-flagfile=')):
+            path = arg.split('=', 1)[1]
+        elif arg in ('--flagfile', '-flagfile'):
+            path = next(args, None)
+        if path is None or depth > 10:
+            out.append(arg)
+            continue
+        try:
+            with open(path) as f:
+                lines = [line.strip() for line in f]
+        except OSError:
+            continue
+        out.extend(_expanded([line for line in lines if line and
+                              not line.startswith(('#', '//'))], depth + 1))
+    return out
+
+
 def requested_dtype(argv):
     """--dtype as the command line gives it (its --flagfile files read; the last one
-    wins), or flags.py's default 'fp32'; a command line absl cannot read is left to the
-    real parse, and counts as the default here."""
-    from absl import flags as absl_flags
-    try:
-        argv = absl_flags.FlagValues().read_flags_from_files(list(argv), force_gnu=False)
-    except (absl_flags.Error, OSError):
-        return 'fp32'
+    wins), or flags.py's default 'fp32'."""
     dtype = 'fp32'
+    argv = _expanded(list(argv))
     for i, arg in enumerate(argv):
         if arg.startswith(('--dtype=', '-dtype=')):
             dtype = arg.split('=', 1)[1]
