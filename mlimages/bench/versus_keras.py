@@ -14,9 +14,9 @@ train.py's network does more work than Keras' V2 at the same depth (the original
 max-pool, so each stage's first block reads its input at twice the resolution; at 160 px
 ResNet-50 is 2.11 G multiply-adds an image against Keras' 1.78 G, and 1.7x the batch
 norm's elements). train.py runs with the kernel library its start-up chooses
-(cpu.prefer_onednn), Keras with TensorFlow's default; the table names both. The sides take turns of
---keras_steps steps, the first side alternating; the table shows the medians of the
-turns' images/s and of the per-turn ratio train.py / Keras. fp32 always; bf16 only on a
+(cpu.prefer_onednn), Keras with TensorFlow's default; the table names both. The sides
+take turns of --keras_steps steps, the first side alternating; the table shows the
+medians of the turns' images/s and of the per-turn ratio train.py / Keras. fp32 always; bf16 only on a
 CPU with AMX_BF16 or AVX512_BF16 (config/cpu.py), the line says why not otherwise.
 """
 import json
@@ -89,9 +89,10 @@ class TrainPySide(object):
         with self.graph.as_default():
             dataset = input_pipeline.input_fn(settings.data, settings.model, True, [])
             features, labels = tf.data.make_one_shot_iterator(dataset).get_next()
+            forms = estimator.conv_forms()
             derived = model_fn.Derived(images_per_step=args.keras_batch_size,
-                                       cpu_input_grad=estimator.input_grad_choice().value,
-                                       cpu_pointwise=estimator.pointwise_choice().value)
+                                       cpu_input_grad=forms.input_grad.value,
+                                       cpu_pointwise=forms.pointwise.value)
             parts = model_fn.parts(settings, settings.model.data_format)
             self.train_op = model_fn.make_model_fn(parts, derived)(
                 features, labels, tf.estimator.ModeKeys.TRAIN).train_op

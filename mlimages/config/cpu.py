@@ -29,12 +29,14 @@ BF16_FLAGS = ('amx_bf16', 'avx512_bf16')
 ONEDNN_ENV = 'TF_ENABLE_ONEDNN_OPTS'
 # The cpuinfo flags of the CPUs on which train.py prefers oneDNN's fp32 kernels.
 ONEDNN_PREFERRED_FLAGS = ('avx2', 'fma')
-# Set beside ONEDNN_ENV when prefer_onednn set it: the reason, for this process's log
-# and its child processes' (they inherit both).
+# Set to 1 beside ONEDNN_ENV when prefer_onednn set it, so this process's log and its
+# child processes' (they inherit both) say whose choice it was.
 ONEDNN_CHOSEN_ENV = 'MLIMAGES_ONEDNN_CHOSEN'
 
 Cpu = collections.namedtuple('Cpu', 'model flags')
 Choice = collections.namedtuple('Choice', 'value reason')
+# resnet's CPU forms of its convolutions, a Choice each (conv_forms).
+ConvForms = collections.namedtuple('ConvForms', 'input_grad pointwise')
 
 
 def parse_cpuinfo(text):
@@ -71,7 +73,9 @@ def onednn(cpu, environ):
     """Choice(whether TensorFlow runs its oneDNN kernels, why)."""
     forced = _env_bool(environ.get(ONEDNN_ENV))
     if forced and environ.get(ONEDNN_CHOSEN_ENV):
-        return Choice(True, environ[ONEDNN_CHOSEN_ENV])
+        return Choice(True, 'train.py\'s choice for fp32 on a CPU with %s, faster than '
+                      'TensorFlow\'s own kernels; %s=0 keeps those'
+                      % (' and '.join(f.upper() for f in ONEDNN_PREFERRED_FLAGS), ONEDNN_ENV))
     if forced is not None:
         return Choice(forced, '%s=%s' % (ONEDNN_ENV, environ[ONEDNN_ENV]))
     having = [f for f in ONEDNN_DEFAULT_FLAGS if f in cpu.flags]
@@ -89,11 +93,7 @@ def prefer_onednn(cpu, environ, dtype):
         return False
     if not all(f in cpu.flags for f in ONEDNN_PREFERRED_FLAGS):
         return False
-    environ[ONEDNN_ENV] = '1'
-    environ[ONEDNN_CHOSEN_ENV] = ('train.py\'s choice for fp32 on a CPU with %s, faster '
-                                  'than TensorFlow\'s own kernels; %s=0 keeps those'
-                                  % (' and '.join(f.upper() for f in ONEDNN_PREFERRED_FLAGS),
-                                     ONEDNN_ENV))
+    environ[ONEDNN_ENV] = environ[ONEDNN_CHOSEN_ENV] = '1'
     return True
 
 
@@ -121,6 +121,11 @@ def pointwise_matmul(has_gpu):
         return Choice(False, 'a GPU: cuDNN\'s convolutions')
     return Choice(True, 'the CPU\'s matrix product beats its 1x1 and strided 1x1 '
                   'convolutions')
+
+
+def conv_forms(has_gpu, onednn_choice):
+    """ConvForms(forward_input_grad's Choice, pointwise_matmul's) of a process."""
+    return ConvForms(forward_input_grad(has_gpu, onednn_choice), pointwise_matmul(has_gpu))
 
 
 def resolve_dtype(dtype, has_gpu, cpu):

@@ -76,17 +76,11 @@ def leaf_mask(path, class_num):
     return tuple(bool(x) for x in hierarchy.split_leaf_inner(tree)[0])
 
 
-def input_grad_choice():
-    """cpu.Choice: whether this process's stride-1 convolutions take resnet's
-    forward-convolution input gradient (cpu.forward_input_grad), and why."""
-    return cpu.forward_input_grad(devices.gpu_count() > 0,
-                                  cpu.onednn(cpu.this_cpu(), os.environ))
-
-
-def pointwise_choice():
-    """cpu.Choice: whether this process's 1x1 convolutions are matrix products
-    (cpu.pointwise_matmul), and why."""
-    return cpu.pointwise_matmul(devices.gpu_count() > 0)
+def conv_forms():
+    """cpu.ConvForms of this process: whether its stride-1 convolutions take resnet's
+    forward-convolution input gradient and whether its 1x1 convolutions are matrix
+    products, each a cpu.Choice with its reason."""
+    return cpu.conv_forms(devices.gpu_count() > 0, cpu.onednn(cpu.this_cpu(), os.environ))
 
 
 def derived_values(settings, plan=None, warm_start=None):
@@ -97,8 +91,9 @@ def derived_values(settings, plan=None, warm_start=None):
     leaves = leaf_mask(hierarchy_path, settings.model.class_num) if hierarchy_path else None
     evaluates = settings.task.demo or settings.task.mode in ('eval', 'train_and_eval') or (
         plan is not None and plan.evaluates)
+    forms = conv_forms()
     derived = model_fn.Derived(
-        cpu_input_grad=input_grad_choice().value, cpu_pointwise=pointwise_choice().value,
+        cpu_input_grad=forms.input_grad.value, cpu_pointwise=forms.pointwise.value,
         max_steps=training_steps(settings.schedule.max_iter),
         legacy_counters=checkpoints.has_legacy_counters(model_dir),
         leaf_mask=leaves, warm_start=warm_start,

@@ -216,7 +216,7 @@ def cpu_line():
     """The log's line on the CPU and the kernel choices made from it (config/cpu.py)."""
     this_cpu = cpu.this_cpu()
     onednn = cpu.onednn(this_cpu, os.environ)
-    grad, pointwise = estimator.input_grad_choice(), estimator.pointwise_choice()
+    grad, pointwise = estimator.conv_forms()
     return ('CPU %s: oneDNN kernels %s (%s); stride-1 convolution input gradients %s (%s); '
             '1x1 convolutions %s (%s)' % (
                 this_cpu.model or 'unknown', 'on' if onednn.value else 'off', onednn.reason,
