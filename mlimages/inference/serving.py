@@ -72,6 +72,7 @@ def preprocessing_line(preprocess, image_size):
     return 'preprocess=%s: %s (S = %d)' % (preprocess, PREPROCESSING[preprocess], image_size)
 
 
+@tf.autograph.experimental.do_not_convert  # graph code: tf.data need not convert it
 def network_input(encoded, image_size, preprocess=DEFAULT_PREPROCESS):
     """One encoded image (tf.string) -> its network input [S, S, 3] through
     PREPROCESSING[preprocess]."""
