@@ -16,7 +16,7 @@ rerun the same command to resume, preemption.py), 200 a task of the cluster job 
 """
 import os, runpy  # noqa: E401  first: can this Python run it? (mlimages/config/interpreter.py)
 runpy.run_path(os.path.join(os.path.dirname(__file__), 'mlimages/config/interpreter.py'))
-import logging
+import atexit
 import os
 import sys
 
@@ -236,9 +236,9 @@ def export(settings, checkpoint_path=None):
 
 
 def main(argv, extra_hooks=()):
-    """Runs the mode of the parsed flags; extra_hooks: more SessionRunHooks of every
-    training session and of --mode=eval's evaluation (a seam for programs that wrap this
-    one)."""
+    """Runs the mode of the parsed flags and returns the exit status; extra_hooks: more
+    SessionRunHooks of every training session and of --mode=eval's evaluation (a seam for
+    programs that wrap this one)."""
     del argv
     settings = flags_lib.settings()
     stop_raises()
@@ -248,20 +248,28 @@ def main(argv, extra_hooks=()):
             Interrupted, KeyboardInterrupt) as e:  # KeyboardInterrupt: errors.Stopped too
         if isinstance(e, Interrupted):  # training saved its checkpoint and said so
             sys.stderr.write('%s: %s\n' % (PROGRAM, e))
-            # Everything is saved and closed: out now. The interpreter's teardown of a
-            # ResNet-101 graph and its session takes 10 s and more, inside Kubernetes' 30 s.
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(e.status)
+            exit_now(e.status)  # inside Kubernetes' 30 s after a SIGTERM
         if not isinstance(e, KeyboardInterrupt):
-            sys.exit(errors.report(PROGRAM, e))
+            return errors.report(PROGRAM, e)
         words, status = stopped(e)  # errors.Stopped, or a SIGINT before main
         sys.stderr.write('%s: %s%s\n' % (
             PROGRAM, words, ' before training started; nothing was saved, rerun the same '
             'command' if settings.task.mode in ('train', 'train_and_eval')
             else '; nothing was written'))
-        sys.exit(status)
+        return status
+    return 0
+
+
+def exit_now(status):
+    """Ends the process with `status` once everything is written: the event files closed,
+    the exit handlers run (the logs flushed, the model directory's lock released). The
+    interpreter's teardown of the graph and its session is skipped: 2 s for a ResNet-18
+    at the end of every run, 10 s and more for a ResNet-101."""
+    tf.summary.FileWriterCache.clear()
+    atexit._run_exitfuncs()  # what a normal exit runs first
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def settled(settings):
@@ -324,7 +332,6 @@ def flag_error_text(error):
 
 def from_command_line(extra_hooks=()):
     """The command line: parses sys.argv and runs main (extra_hooks: see main)."""
-    import functools
     from absl import app
     from absl import flags as absl_flags
     try:
@@ -344,7 +351,7 @@ def from_command_line(extra_hooks=()):
     except UsageError as e:
         sys.exit(errors.report(PROGRAM, e))
     devices.choose_at_start(FLAGS.visiable_gpu, FLAGS.num_gpus, FLAGS.tf_gpu_thread_mode)
-    app.run(functools.partial(main, extra_hooks=extra_hooks))
+    app.run(lambda argv: exit_now(main(argv, extra_hooks)))
 
 
 if __name__ == '__main__':
